@@ -1,0 +1,7 @@
+"""The batched C++ MCTS tree (``ez_robot.ctree``).
+
+Only :mod:`ez_robot.search` drives it; see ``tree.h`` for the algorithm.
+"""
+from ._tree import Tree
+
+__all__ = ["Tree"]

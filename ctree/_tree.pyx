@@ -1,0 +1,189 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Cython binding of the batched C++ MCTS arena (``tree.h``).
+
+This is the low-level layer: it checks every array it is given (type, dtype, shape,
+finiteness) and raises a Python exception with a clear message instead of letting bad
+input reach C++.  Use :func:`ez_robot.search` rather than driving it directly.
+"""
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int32_t, uint8_t
+from libcpp.string cimport string
+
+cnp.import_array()
+
+
+cdef extern from "tree.h" namespace "ez":
+    cdef cppclass SearchParams:
+        double c1
+        double c2
+        double discount
+        int lstm_horizon
+        double min_max_epsilon
+
+    cdef cppclass Arena:
+        Arena(int, int, int, const SearchParams&) except +
+        string reset(const float*, const float*, const float*, const float*, double)
+        string traverse(int32_t*, int32_t*, uint8_t*)
+        string expand_and_backup(const float*, const float*, const float*)
+        void root_visit_counts(int32_t*) const
+        void root_values(float*) const
+        void root_q_values(float*) const
+        void depth_stats(int32_t*, float*) const
+        int simulations_done() const
+        int node_visit_count(int, int) const
+        double node_value_sum(int, int) const
+        double node_value_prefix(int, int) const
+        int node_depth(int, int) const
+        int node_child(int, int, int) const
+        double node_prior(int, int, int) const
+
+
+cdef object _checked(object x, str name, tuple shape):
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if x.dtype != np.float32:
+        raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
+    if x.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
+    return np.ascontiguousarray(x)
+
+
+cdef inline void _raise_if(string err, type kind=ValueError) except *:
+    if err.size() > 0:
+        raise kind(err.decode())
+
+
+cdef class Tree:
+    """B search trees in one arena, each with room for ``num_simulations + 1`` nodes.
+
+    Node 0 of each tree is its root; the node created by simulation ``s`` is node
+    ``s + 1`` in every tree, so a caller can keep hidden states in a pool indexed by
+    ``[node, tree]``.
+    """
+
+    cdef Arena* arena
+    cdef readonly int batch_size
+    cdef readonly int num_actions
+    cdef readonly int num_simulations
+
+    def __cinit__(self, int batch_size, int num_actions, int num_simulations, *,
+                  double c1=1.25, double c2=19652.0, double discount=0.997,
+                  int lstm_horizon=5, double min_max_epsilon=0.01):
+        self.arena = NULL
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if num_actions < 1:
+            raise ValueError(f"num_actions must be >= 1, got {num_actions}")
+        if num_simulations < 0:
+            raise ValueError(f"num_simulations must be >= 0, got {num_simulations}")
+        if not (c1 > 0 and np.isfinite(c1)):
+            raise ValueError(f"c1 must be a positive finite number, got {c1}")
+        if not (c2 > 0 and np.isfinite(c2)):
+            raise ValueError(f"c2 must be a positive finite number, got {c2}")
+        if not (0.0 <= discount <= 1.0):
+            raise ValueError(f"discount must be in [0, 1], got {discount}")
+        if lstm_horizon < 1:
+            raise ValueError(f"lstm_horizon must be >= 1, got {lstm_horizon}")
+        if not (min_max_epsilon > 0 and np.isfinite(min_max_epsilon)):
+            raise ValueError(f"min_max_epsilon must be a positive finite number, got {min_max_epsilon}")
+        cdef SearchParams params
+        params.c1 = c1
+        params.c2 = c2
+        params.discount = discount
+        params.lstm_horizon = lstm_horizon
+        params.min_max_epsilon = min_max_epsilon
+        self.batch_size = batch_size
+        self.num_actions = num_actions
+        self.num_simulations = num_simulations
+        self.arena = new Arena(batch_size, num_actions, num_simulations, params)
+
+    def __dealloc__(self):
+        if self.arena != NULL:
+            del self.arena
+
+    @property
+    def simulations_done(self):
+        return self.arena.simulations_done()
+
+    def reset(self, value_prefix, value, policy_logits, noise=None, double noise_fraction=0.0):
+        """Start a new search: value_prefix [B], value [B], policy_logits [B, A] (float32);
+        optional root noise [B, A] mixed into the root prior with ``noise_fraction``."""
+        cdef int B = self.batch_size, A = self.num_actions
+        cdef cnp.ndarray vp = _checked(value_prefix, "value_prefix", (B,))
+        cdef cnp.ndarray v = _checked(value, "value", (B,))
+        cdef cnp.ndarray lg = _checked(policy_logits, "policy_logits", (B, A))
+        cdef cnp.ndarray nz
+        cdef const float* noise_ptr = NULL
+        if noise is not None:
+            nz = _checked(noise, "noise", (B, A))
+            noise_ptr = <const float*> cnp.PyArray_DATA(nz)
+        _raise_if(self.arena.reset(<const float*> cnp.PyArray_DATA(vp), <const float*> cnp.PyArray_DATA(v),
+                                   <const float*> cnp.PyArray_DATA(lg), noise_ptr, noise_fraction))
+
+    def traverse(self):
+        """Select one leaf per tree.  Returns ``(parent_nodes [B] int32, actions [B] int32,
+        reset_mask [B] bool)``: the node whose hidden state to step, the action, and whether
+        that node is a value-prefix reset boundary (its LSTM state starts afresh)."""
+        cdef int B = self.batch_size
+        cdef cnp.ndarray parents = np.empty(B, dtype=np.int32)
+        cdef cnp.ndarray actions = np.empty(B, dtype=np.int32)
+        cdef cnp.ndarray reset = np.empty(B, dtype=np.bool_)
+        _raise_if(self.arena.traverse(<int32_t*> cnp.PyArray_DATA(parents), <int32_t*> cnp.PyArray_DATA(actions),
+                                      <uint8_t*> cnp.PyArray_DATA(reset)), RuntimeError)
+        return parents, actions, reset
+
+    def expand_and_backup(self, value_prefix, value, policy_logits):
+        """Create the leaves chosen by the last :meth:`traverse` and back their values up."""
+        cdef int B = self.batch_size, A = self.num_actions
+        cdef cnp.ndarray vp = _checked(value_prefix, "value_prefix", (B,))
+        cdef cnp.ndarray v = _checked(value, "value", (B,))
+        cdef cnp.ndarray lg = _checked(policy_logits, "policy_logits", (B, A))
+        cdef string err = self.arena.expand_and_backup(<const float*> cnp.PyArray_DATA(vp),
+                                                       <const float*> cnp.PyArray_DATA(v),
+                                                       <const float*> cnp.PyArray_DATA(lg))
+        if err.size() > 0:
+            message = err.decode()
+            raise (RuntimeError if message.startswith("expand_and_backup()") else ValueError)(message)
+
+    def root_visit_counts(self):
+        """[B, A] int32 visit counts of the root's children."""
+        cdef cnp.ndarray out = np.empty((self.batch_size, self.num_actions), dtype=np.int32)
+        self.arena.root_visit_counts(<int32_t*> cnp.PyArray_DATA(out))
+        return out
+
+    def root_values(self):
+        """[B] float32 mean backed-up value at each root (the network value if no simulation ran)."""
+        cdef cnp.ndarray out = np.empty(self.batch_size, dtype=np.float32)
+        self.arena.root_values(<float*> cnp.PyArray_DATA(out))
+        return out
+
+    def root_q_values(self):
+        """[B, A] float32 Q(root, a) of visited children, NaN for unvisited ones."""
+        cdef cnp.ndarray out = np.empty((self.batch_size, self.num_actions), dtype=np.float32)
+        self.arena.root_q_values(<float*> cnp.PyArray_DATA(out))
+        return out
+
+    def depth_stats(self):
+        """``(max_depth [B] int32, mean_depth [B] float32)`` of the leaves expanded so far."""
+        cdef cnp.ndarray mx = np.empty(self.batch_size, dtype=np.int32)
+        cdef cnp.ndarray mean = np.empty(self.batch_size, dtype=np.float32)
+        self.arena.depth_stats(<int32_t*> cnp.PyArray_DATA(mx), <float*> cnp.PyArray_DATA(mean))
+        return mx, mean
+
+    def node(self, int tree, int node):
+        """Statistics of one node, for tests and debugging: a dict with visit_count,
+        value_sum, value_prefix, depth, children [A] (-1 = none) and prior [A]."""
+        if not 0 <= tree < self.batch_size:
+            raise IndexError(f"tree index {tree} out of range [0, {self.batch_size})")
+        cdef int created = self.arena.simulations_done() + 1
+        if not 0 <= node < created:
+            raise IndexError(f"node index {node} out of range: tree has {created} node(s)")
+        return {
+            "visit_count": self.arena.node_visit_count(tree, node),
+            "value_sum": self.arena.node_value_sum(tree, node),
+            "value_prefix": self.arena.node_value_prefix(tree, node),
+            "depth": self.arena.node_depth(tree, node),
+            "children": [self.arena.node_child(tree, node, a) for a in range(self.num_actions)],
+            "prior": [self.arena.node_prior(tree, node, a) for a in range(self.num_actions)],
+        }

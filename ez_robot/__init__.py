@@ -1,0 +1,11 @@
+"""ez-robot: EfficientZero agents for DeepMind Control and Atari, deployable on robots."""
+from importlib.metadata import PackageNotFoundError, version
+
+from ez_robot.search import RootOutput, SearchConfig, SearchOutput, search, visit_policy
+
+try:
+    __version__ = version("ez-robot")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = ["RootOutput", "SearchConfig", "SearchOutput", "search", "visit_policy", "__version__"]

@@ -1,0 +1,228 @@
+"""The one search function: batched EfficientZero MCTS over the C++ tree.
+
+Self-play, reanalyze, evaluation and the onboard runtime all call :func:`search`.  It
+is pure: the result depends only on its arguments (the Dirichlet noise and the action
+samples come from the ``rng`` passed in).  It imports neither torch nor onnxruntime;
+hidden states may be numpy arrays or torch tensors, or tuples of them (for example a
+latent state plus the LSTM's ``(h, c)``), each with the batch on axis 0.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Tuple
+
+import numpy as np
+
+from ez_robot.ctree import Tree
+
+__all__ = ["SearchConfig", "RootOutput", "SearchOutput", "RecurrentFn", "search", "visit_policy"]
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """MCTS settings; defaults are the paper's appendix (Atari discount shown in the docs)."""
+
+    num_simulations: int = 50
+    """Simulations per search (N_sim)."""
+    c1: float = 1.25
+    """pUCT exploration constant."""
+    c2: float = 19652.0
+    """pUCT visit-count scale."""
+    discount: float = 0.997**4
+    """Discount per agent step (the paper: 0.997^4 for Atari, with frame skip 4)."""
+    lstm_horizon: int = 5
+    """The value-prefix LSTM restarts every this many search depths (zeta)."""
+    dirichlet_alpha: float = 0.3
+    """Dirichlet concentration of the root noise (xi)."""
+    dirichlet_fraction: float = 0.25
+    """Share of the root prior replaced by noise (rho); 0 turns noise off."""
+    add_noise: bool = True
+    """Root noise on (self-play, reanalyze) or off (evaluation)."""
+    temperature: float = 1.0
+    """Visit-count temperature T of the output policy; 0 means greedy."""
+    min_max_epsilon: float = 0.01
+    """Soft min-max threshold for Q normalization."""
+
+    def __post_init__(self):
+        checks = [
+            ("num_simulations", self.num_simulations >= 0, ">= 0"),
+            ("c1", self.c1 > 0, "> 0"),
+            ("c2", self.c2 > 0, "> 0"),
+            ("discount", 0.0 <= self.discount <= 1.0, "in [0, 1]"),
+            ("lstm_horizon", self.lstm_horizon >= 1, ">= 1"),
+            ("dirichlet_alpha", self.dirichlet_alpha > 0, "> 0"),
+            ("dirichlet_fraction", 0.0 <= self.dirichlet_fraction <= 1.0, "in [0, 1]"),
+            ("temperature", self.temperature >= 0, ">= 0"),
+            ("min_max_epsilon", self.min_max_epsilon > 0, "> 0"),
+        ]
+        for name, ok, rule in checks:
+            if not ok:
+                raise ValueError(f"SearchConfig.{name} must be {rule}, got {getattr(self, name)!r}")
+        if isinstance(self.num_simulations, bool) or not isinstance(self.num_simulations, (int, np.integer)):
+            raise TypeError(f"SearchConfig.num_simulations must be an int, got {self.num_simulations!r}")
+
+    def replace(self, **changes) -> "SearchConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class RootOutput:
+    """What initial inference returns for B observations."""
+
+    hidden: Any
+    """Hidden state(s): an array/tensor [B, ...] or a tuple of them (latent, LSTM h, c)."""
+    value_prefix: np.ndarray
+    """[B] value prefix predicted at the root (0 when the LSTM state is fresh)."""
+    value: np.ndarray
+    """[B] value predicted at the root (the root value when no simulation runs)."""
+    policy_logits: np.ndarray
+    """[B, A] policy logits at the root."""
+
+
+@dataclass(frozen=True)
+class SearchOutput:
+    visit_counts: np.ndarray
+    """[B, A] int32 root visit counts; each row sums to num_simulations."""
+    root_values: np.ndarray
+    """[B] float32 mean backed-up value at the root (nu^MCTS)."""
+    root_q_values: np.ndarray
+    """[B, A] float32 Q(root, a), NaN for unvisited actions."""
+    policy: np.ndarray
+    """[B, A] float32 visit distribution after temperature (the policy target at T = 1)."""
+    actions: np.ndarray
+    """[B] int64 selected actions: sampled from `policy`, or the most visited at T = 0."""
+    max_depth: np.ndarray
+    """[B] int32 deepest leaf expanded."""
+    mean_depth: np.ndarray
+    """[B] float32 mean depth of the expanded leaves."""
+
+
+RecurrentFn = Callable[[Any, np.ndarray, np.ndarray], Tuple[Any, Any, Any, Any]]
+"""recurrent_fn(hidden, actions [B] int32, reset_mask [B] bool)
+-> (next_hidden, value_prefix [B], value [B], policy_logits [B, A]).
+
+``reset_mask[b]`` is True when the value-prefix LSTM must start afresh from this step:
+the caller zeroes that row's LSTM state before stepping it."""
+
+
+def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
+           rng: np.random.Generator) -> SearchOutput:
+    """Runs ``config.num_simulations`` batched simulations from B roots."""
+    logits = _as_float32(root.policy_logits, "root.policy_logits")
+    if logits.ndim != 2:
+        raise ValueError(f"root.policy_logits must have shape [B, A], got {logits.shape}")
+    batch, num_actions = logits.shape
+    if batch == 0 or num_actions == 0:
+        raise ValueError(f"search needs B >= 1 roots and A >= 1 actions, got policy_logits of shape {logits.shape}")
+    tree = Tree(batch, num_actions, config.num_simulations, c1=config.c1, c2=config.c2,
+                discount=config.discount, lstm_horizon=config.lstm_horizon,
+                min_max_epsilon=config.min_max_epsilon)
+    noise = None
+    if config.add_noise and config.dirichlet_fraction > 0:
+        noise = rng.dirichlet(np.full(num_actions, config.dirichlet_alpha), size=batch).astype(np.float32)
+    tree.reset(_as_float32(root.value_prefix, "root.value_prefix"), _as_float32(root.value, "root.value"),
+               logits, noise, config.dirichlet_fraction)
+
+    pool = _HiddenPool(root.hidden, config.num_simulations + 1, batch)
+    for simulation in range(config.num_simulations):
+        parents, actions, reset_mask = tree.traverse()
+        next_hidden, value_prefix, value, step_logits = recurrent_fn(pool.gather(parents), actions, reset_mask)
+        pool.put(simulation + 1, next_hidden)
+        tree.expand_and_backup(_as_float32(value_prefix, "value_prefix"), _as_float32(value, "value"),
+                               _as_float32(step_logits, "policy_logits"))
+
+    visit_counts = tree.root_visit_counts()
+    policy = visit_policy(visit_counts, config.temperature)
+    max_depth, mean_depth = tree.depth_stats()
+    return SearchOutput(
+        visit_counts=visit_counts,
+        root_values=tree.root_values(),
+        root_q_values=tree.root_q_values(),
+        policy=policy,
+        actions=_select(policy, visit_counts, config.temperature, rng),
+        max_depth=max_depth,
+        mean_depth=mean_depth,
+    )
+
+
+def visit_policy(visit_counts: np.ndarray, temperature: float) -> np.ndarray:
+    """pi(a) = N(a)^(1/T) / sum_b N(b)^(1/T); T = 0 puts all mass on the most visited
+    action (lowest index on ties).  Rows with no visits (0 simulations) are uniform."""
+    counts = np.asarray(visit_counts, dtype=np.float64)
+    batch, num_actions = counts.shape
+    if temperature == 0:
+        policy = np.zeros_like(counts)
+        policy[np.arange(batch), counts.argmax(axis=1)] = 1.0
+        return policy.astype(np.float32)
+    top = counts.max(axis=1, keepdims=True)
+    # Scaling by the largest count first keeps N^(1/T) finite for small T.
+    scaled = np.divide(counts, top, out=np.ones_like(counts), where=top > 0) ** (1.0 / temperature)
+    return (scaled / scaled.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def _select(policy, visit_counts, temperature, rng):
+    if temperature == 0:
+        return visit_counts.argmax(axis=1).astype(np.int64)
+    cumulative = np.cumsum(policy.astype(np.float64), axis=1)
+    draws = rng.random(policy.shape[0]) * cumulative[:, -1]
+    actions = (cumulative <= draws[:, None]).sum(axis=1)
+    return np.minimum(actions, policy.shape[1] - 1).astype(np.int64)
+
+
+def _as_float32(x, name: str) -> np.ndarray:
+    if hasattr(x, "detach"):  # a torch tensor; torch itself is never imported here
+        x = x.detach().cpu().numpy()
+    try:
+        return np.ascontiguousarray(x, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}: {error}") from None
+
+
+class _HiddenPool:
+    """Hidden states of every node, stored as [node, tree, ...] per leaf of the pytree.
+
+    Node ``n`` of every tree was created by simulation ``n - 1`` (node 0 is the root),
+    so a gather is one fancy index per leaf: ``pool[parents, arange(B)]``.
+    """
+
+    def __init__(self, root_hidden, capacity: int, batch: int):
+        self._is_tuple = isinstance(root_hidden, (tuple, list))
+        leaves = list(root_hidden) if self._is_tuple else [root_hidden]
+        self._batch = batch
+        self._torch = any(not isinstance(leaf, np.ndarray) and hasattr(leaf, "detach") for leaf in leaves)
+        if self._torch:
+            import torch  # only when the caller's hidden states are tensors
+
+            self._device = leaves[0].device
+            self._rows = torch.arange(batch, device=self._device)
+            self._pools = [torch.empty((capacity,) + tuple(leaf.shape), dtype=leaf.dtype, device=leaf.device)
+                           for leaf in leaves]
+        else:
+            leaves = [np.asarray(leaf) for leaf in leaves]
+            self._rows = np.arange(batch)
+            self._pools = [np.empty((capacity,) + leaf.shape, dtype=leaf.dtype) for leaf in leaves]
+        for leaf in leaves:
+            if leaf.shape[:1] != (batch,):
+                raise ValueError(f"root.hidden must have the batch ({batch}) on axis 0, got shape {tuple(leaf.shape)}")
+        self.put(0, root_hidden)
+
+    def put(self, node: int, hidden) -> None:
+        leaves = list(hidden) if self._is_tuple else [hidden]
+        if len(leaves) != len(self._pools):
+            raise ValueError(f"recurrent_fn returned {len(leaves)} hidden arrays, the root had {len(self._pools)}")
+        for pool, leaf in zip(self._pools, leaves):
+            if tuple(leaf.shape) != tuple(pool.shape[1:]):
+                raise ValueError(f"recurrent_fn returned a hidden state of shape {tuple(leaf.shape)}, "
+                                 f"expected {tuple(pool.shape[1:])}")
+            pool[node] = leaf
+
+    def gather(self, nodes: np.ndarray):
+        if self._torch:
+            import torch
+
+            index = torch.from_numpy(nodes).to(self._device, dtype=torch.long)
+        else:
+            index = nodes
+        leaves = [pool[index, self._rows] for pool in self._pools]
+        return tuple(leaves) if self._is_tuple else leaves[0]
