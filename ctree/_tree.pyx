@@ -39,14 +39,25 @@ cdef extern from "tree.h" namespace "ez":
         double node_prior(int, int, int) const
 
 
-cdef object _checked(object x, str name, tuple shape):
-    if not isinstance(x, np.ndarray):
+cdef cnp.ndarray _checked(object x, str name, int rows, int cols):
+    """x as a C-contiguous float32 array of shape (rows,) (cols < 0) or (rows, cols)."""
+    if not isinstance(x, cnp.ndarray):
         raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise TypeError(f"{name} must have dtype float32, got {x.dtype}")
-    if x.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
-    return np.ascontiguousarray(x)
+    cdef cnp.ndarray a = <cnp.ndarray> x
+    if cnp.PyArray_TYPE(a) != cnp.NPY_FLOAT32:
+        raise TypeError(f"{name} must have dtype float32, got {a.dtype}")
+    cdef int ndim = cnp.PyArray_NDIM(a)
+    cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(a)
+    if cols < 0:
+        ok = ndim == 1 and dims[0] == rows
+    else:
+        ok = ndim == 2 and dims[0] == rows and dims[1] == cols
+    if not ok:
+        expected = str((rows,)) if cols < 0 else str((rows, cols))
+        raise ValueError(f"{name} must have shape {expected}, got {x.shape}")
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        a = np.ascontiguousarray(a)
+    return a
 
 
 cdef inline void _raise_if(string err, type kind=ValueError) except *:
@@ -110,21 +121,22 @@ cdef class Tree:
         """Start a new search: value_prefix [B], value [B], policy_logits [B, A] (float32);
         optional root noise [B, A] mixed into the root prior with ``noise_fraction``."""
         cdef int B = self.batch_size, A = self.num_actions
-        cdef cnp.ndarray vp = _checked(value_prefix, "value_prefix", (B,))
-        cdef cnp.ndarray v = _checked(value, "value", (B,))
-        cdef cnp.ndarray lg = _checked(policy_logits, "policy_logits", (B, A))
+        cdef cnp.ndarray vp = _checked(value_prefix, "value_prefix", B, -1)
+        cdef cnp.ndarray v = _checked(value, "value", B, -1)
+        cdef cnp.ndarray lg = _checked(policy_logits, "policy_logits", B, A)
         cdef cnp.ndarray nz
         cdef const float* noise_ptr = NULL
         if noise is not None:
-            nz = _checked(noise, "noise", (B, A))
+            nz = _checked(noise, "noise", B, A)
             noise_ptr = <const float*> cnp.PyArray_DATA(nz)
         _raise_if(self.arena.reset(<const float*> cnp.PyArray_DATA(vp), <const float*> cnp.PyArray_DATA(v),
                                    <const float*> cnp.PyArray_DATA(lg), noise_ptr, noise_fraction))
 
     def traverse(self):
-        """Select one leaf per tree.  Returns ``(parent_nodes [B] int32, actions [B] int32,
-        reset_mask [B] bool)``: the node whose hidden state to step, the action, and whether
-        that node is a value-prefix reset boundary (its LSTM state starts afresh)."""
+        """Select one leaf per tree.  Returns ``(parent_rows [B] int32, actions [B] int32,
+        reset_mask [B] bool)``: the row ``parent_node * B + b`` of the hidden state to step
+        in a [nodes * B] pool, the action, and whether that parent is a value-prefix reset
+        boundary (its LSTM state starts afresh)."""
         cdef int B = self.batch_size
         cdef cnp.ndarray parents = np.empty(B, dtype=np.int32)
         cdef cnp.ndarray actions = np.empty(B, dtype=np.int32)
@@ -136,9 +148,9 @@ cdef class Tree:
     def expand_and_backup(self, value_prefix, value, policy_logits):
         """Create the leaves chosen by the last :meth:`traverse` and back their values up."""
         cdef int B = self.batch_size, A = self.num_actions
-        cdef cnp.ndarray vp = _checked(value_prefix, "value_prefix", (B,))
-        cdef cnp.ndarray v = _checked(value, "value", (B,))
-        cdef cnp.ndarray lg = _checked(policy_logits, "policy_logits", (B, A))
+        cdef cnp.ndarray vp = _checked(value_prefix, "value_prefix", B, -1)
+        cdef cnp.ndarray v = _checked(value, "value", B, -1)
+        cdef cnp.ndarray lg = _checked(policy_logits, "policy_logits", B, A)
         cdef string err = self.arena.expand_and_backup(<const float*> cnp.PyArray_DATA(vp),
                                                        <const float*> cnp.PyArray_DATA(v),
                                                        <const float*> cnp.PyArray_DATA(lg))

@@ -160,7 +160,7 @@ int Arena::select_child(int tree, size_t id, bool is_root, double& q_hat) {
     return best_action;
 }
 
-std::string Arena::traverse(int32_t* parent_out, int32_t* action_out, uint8_t* reset_out) {
+std::string Arena::traverse(int32_t* parent_row_out, int32_t* action_out, uint8_t* reset_out) {
     if (!ready_) return "reset() must be called before traverse()";
     if (pending_) return "traverse() was called twice; expand_and_backup() must come in between";
     if (sims_done_ >= S_) return "all " + std::to_string(S_) + " simulations are done; call reset() to search again";
@@ -175,7 +175,7 @@ std::string Arena::traverse(int32_t* parent_out, int32_t* action_out, uint8_t* r
             int action = select_child(b, id, node == 0, q_hat);
             int next = child_[id * A_ + action];
             if (next < 0) {
-                parent_out[b] = node;
+                parent_row_out[b] = node * B_ + b;
                 action_out[b] = action;
                 reset_out[b] = is_reset(id) ? 1 : 0;
                 leaf_action_[b] = action;

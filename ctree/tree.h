@@ -39,10 +39,11 @@ public:
     std::string reset(const float* value_prefix, const float* value, const float* logits,
                       const float* noise, double noise_fraction);
 
-    // Selects one leaf per tree.  Writes, for each tree, the arena index of the leaf's
-    // parent (the node whose hidden state the network must step), the action to step,
-    // and whether the parent is a value-prefix reset boundary (its LSTM starts afresh).
-    std::string traverse(int32_t* parent_out, int32_t* action_out, uint8_t* reset_out);
+    // Selects one leaf per tree.  Writes, for each tree b, the row of the leaf's parent
+    // in a caller's [nodes * B] hidden-state pool (parent_node * B + b: the state the
+    // network must step), the action to step, and whether the parent is a value-prefix
+    // reset boundary (its LSTM state starts afresh).
+    std::string traverse(int32_t* parent_row_out, int32_t* action_out, uint8_t* reset_out);
 
     // Creates the leaves chosen by the last traverse from the network outputs and
     // backs their values up to the roots.

@@ -1,7 +1,7 @@
 """ez-robot: EfficientZero agents for DeepMind Control and Atari, deployable on robots."""
 from importlib.metadata import PackageNotFoundError, version
 
-from ez_robot.search import RootOutput, SearchConfig, SearchOutput, search, visit_policy
+from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search, visit_policy
 
 try:
     __version__ = version("ez-robot")

@@ -126,8 +126,8 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
 
     pool = _HiddenPool(root.hidden, config.num_simulations + 1, batch)
     for simulation in range(config.num_simulations):
-        parents, actions, reset_mask = tree.traverse()
-        next_hidden, value_prefix, value, step_logits = recurrent_fn(pool.gather(parents), actions, reset_mask)
+        parent_rows, actions, reset_mask = tree.traverse()
+        next_hidden, value_prefix, value, step_logits = recurrent_fn(pool.gather(parent_rows), actions, reset_mask)
         pool.put(simulation + 1, next_hidden)
         tree.expand_and_backup(_as_float32(value_prefix, "value_prefix"), _as_float32(value, "value"),
                                _as_float32(step_logits, "policy_logits"))
@@ -180,10 +180,11 @@ def _as_float32(x, name: str) -> np.ndarray:
 
 
 class _HiddenPool:
-    """Hidden states of every node, stored as [node, tree, ...] per leaf of the pytree.
+    """Hidden states of every node, one flat [nodes * B, ...] buffer per leaf of the pytree.
 
-    Node ``n`` of every tree was created by simulation ``n - 1`` (node 0 is the root),
-    so a gather is one fancy index per leaf: ``pool[parents, arange(B)]``.
+    Node ``n`` of tree ``b`` lives in row ``n * B + b`` (node 0 is the root, node ``n``
+    was made by simulation ``n - 1``); the tree's traverse returns these rows directly,
+    so a gather is a single take along axis 0.
     """
 
     def __init__(self, root_hidden, capacity: int, batch: int):
@@ -195,34 +196,33 @@ class _HiddenPool:
             import torch  # only when the caller's hidden states are tensors
 
             self._device = leaves[0].device
-            self._rows = torch.arange(batch, device=self._device)
-            self._pools = [torch.empty((capacity,) + tuple(leaf.shape), dtype=leaf.dtype, device=leaf.device)
-                           for leaf in leaves]
+            self._pools = [torch.empty((capacity * batch,) + tuple(leaf.shape[1:]), dtype=leaf.dtype,
+                                       device=leaf.device) for leaf in leaves]
         else:
             leaves = [np.asarray(leaf) for leaf in leaves]
-            self._rows = np.arange(batch)
-            self._pools = [np.empty((capacity,) + leaf.shape, dtype=leaf.dtype) for leaf in leaves]
+            self._pools = [np.empty((capacity * batch,) + leaf.shape[1:], dtype=leaf.dtype) for leaf in leaves]
+        self._shapes = [(batch,) + tuple(pool.shape[1:]) for pool in self._pools]
         for leaf in leaves:
-            if leaf.shape[:1] != (batch,):
+            if tuple(leaf.shape[:1]) != (batch,):
                 raise ValueError(f"root.hidden must have the batch ({batch}) on axis 0, got shape {tuple(leaf.shape)}")
         self.put(0, root_hidden)
 
     def put(self, node: int, hidden) -> None:
-        leaves = list(hidden) if self._is_tuple else [hidden]
+        leaves = hidden if self._is_tuple else (hidden,)
         if len(leaves) != len(self._pools):
             raise ValueError(f"recurrent_fn returned {len(leaves)} hidden arrays, the root had {len(self._pools)}")
-        for pool, leaf in zip(self._pools, leaves):
-            if tuple(leaf.shape) != tuple(pool.shape[1:]):
-                raise ValueError(f"recurrent_fn returned a hidden state of shape {tuple(leaf.shape)}, "
-                                 f"expected {tuple(pool.shape[1:])}")
-            pool[node] = leaf
+        start = node * self._batch
+        for pool, shape, leaf in zip(self._pools, self._shapes, leaves):
+            if leaf.shape != shape and tuple(leaf.shape) != shape:
+                raise ValueError(f"recurrent_fn returned a hidden state of shape {tuple(leaf.shape)}, expected {shape}")
+            pool[start:start + self._batch] = leaf
 
-    def gather(self, nodes: np.ndarray):
+    def gather(self, rows: np.ndarray):
         if self._torch:
             import torch
 
-            index = torch.from_numpy(nodes).to(self._device, dtype=torch.long)
+            index = torch.from_numpy(rows).to(self._device, dtype=torch.long)
+            leaves = [pool.index_select(0, index) for pool in self._pools]
         else:
-            index = nodes
-        leaves = [pool[index, self._rows] for pool in self._pools]
+            leaves = [pool.take(rows, axis=0) for pool in self._pools]
         return tuple(leaves) if self._is_tuple else leaves[0]

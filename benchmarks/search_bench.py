@@ -1,0 +1,107 @@
+"""Tree search benchmark: wall time of one batched search, tree + Python glue only.
+
+The network is replaced by random arrays made before the timed region, so the figures
+are the cost of the C++ tree, the binding and the driver in ez_robot.search (hidden
+state pool included, 64 floats per state as in the peers' measurement).
+
+    python benchmarks/search_bench.py            # full grid, B in {1,8,64,256}, A in {6,18,125}
+    python benchmarks/search_bench.py --quick    # a smaller grid
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from ez_robot import _search as search_module
+from ez_robot import RootOutput, SearchConfig, search
+
+HIDDEN = 64
+
+
+class RandomNetwork:
+    """recurrent_fn that hands out pre-made random outputs, one slice per simulation."""
+
+    def __init__(self, batch, num_actions, num_simulations, seed=0):
+        rng = np.random.default_rng(seed)
+        self.hidden = rng.standard_normal((num_simulations, batch, HIDDEN)).astype(np.float32)
+        self.value_prefix = rng.uniform(-1, 1, (num_simulations, batch)).astype(np.float32)
+        self.value = rng.uniform(-1, 1, (num_simulations, batch)).astype(np.float32)
+        self.logits = rng.standard_normal((num_simulations, batch, num_actions)).astype(np.float32)
+        self.root = RootOutput(rng.standard_normal((batch, HIDDEN)).astype(np.float32), np.zeros(batch, np.float32),
+                               np.zeros(batch, np.float32), rng.standard_normal((batch, num_actions)).astype(np.float32))
+        self.step = 0
+
+    def __call__(self, hidden, actions, reset_mask):
+        s = self.step
+        self.step += 1
+        return self.hidden[s], self.value_prefix[s], self.value[s], self.logits[s]
+
+
+class TimedTree:
+    """Wraps the C++ tree and adds up the time spent inside its calls."""
+
+    seconds = 0.0
+
+    def __init__(self, *args, **kwargs):
+        self._tree = search_module._TREE_CLASS(*args, **kwargs)
+
+    def __getattr__(self, name):
+        method = getattr(self._tree, name)
+        if not callable(method):
+            return method
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                TimedTree.seconds += time.perf_counter() - start
+        return timed
+
+
+def measure(batch, num_actions, num_simulations, repeats):
+    config = SearchConfig(num_simulations=num_simulations)
+    walls = []
+    for r in range(repeats):
+        net = RandomNetwork(batch, num_actions, num_simulations, seed=r)
+        rng = np.random.default_rng(r)
+        start = time.perf_counter()
+        search(net.root, net, config, rng)
+        walls.append(time.perf_counter() - start)
+    # Share of time inside the C++ calls, from separate instrumented runs.
+    shares = []
+    search_module.Tree = TimedTree
+    try:
+        for r in range(max(3, repeats // 2)):
+            net = RandomNetwork(batch, num_actions, num_simulations, seed=r)
+            TimedTree.seconds = 0.0
+            start = time.perf_counter()
+            search(net.root, net, config, np.random.default_rng(r))
+            shares.append(TimedTree.seconds / (time.perf_counter() - start))
+    finally:
+        search_module.Tree = search_module._TREE_CLASS
+    wall = statistics.median(walls)
+    return wall, batch * num_simulations / wall, statistics.median(shares)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="B in {1, 64}, A in {18}, fewer repeats")
+    parser.add_argument("--simulations", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args()
+    batches, actions = ([1, 64], [18]) if args.quick else ([1, 8, 64, 256], [6, 18, 125])
+    repeats = 3 if args.quick else args.repeats
+    search_module._TREE_CLASS = search_module.Tree
+    print(f"search benchmark: {args.simulations} simulations, hidden {HIDDEN} floats, median of {repeats}")
+    print(f"| B x A | wall ms | simulations/s | time in C++ |")
+    print(f"|---|---|---|---|")
+    for num_actions in actions:
+        for batch in batches:
+            wall, rate, share = measure(batch, num_actions, args.simulations, repeats)
+            print(f"| {batch} x {num_actions} | {wall * 1e3:.2f} | {rate / 1e3:.0f}k | {share:.0%} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
