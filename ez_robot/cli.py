@@ -10,5 +10,18 @@ def main():
     """ez-robot: train EfficientZero agents and run their search policy on robots."""
 
 
+@main.command()
+@click.argument("pattern", required=False)
+def tasks(pattern):
+    """List the task names (optionally those matching PATTERN: a glob like 'walker_*'
+    or a substring like 'pong')."""
+    from ez_robot import envs
+
+    names = envs.task_names(pattern)
+    if not names:
+        raise click.ClickException(f"no task matches {pattern!r}")
+    click.echo("\n".join(names))
+
+
 if __name__ == "__main__":
     main()

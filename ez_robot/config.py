@@ -1,0 +1,388 @@
+"""Typed, frozen run configuration, loaded from the YAML presets in ``configs/``.
+
+One dataclass per component, composed in :class:`Config`.  Defaults are the paper's
+appendix table (Atari); the presets (``configs/<family>.yaml``) hold what differs per
+task family and per task.  ``--set section.key=value`` overrides any field; unknown keys
+and out-of-range values fail with a :class:`ConfigError` that names them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+import importlib.resources
+import re
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from ez_robot._search import SearchConfig
+
+__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "Config",
+           "load_config", "parse_budget", "config_to_dict", "task_family", "PRESET_DIR"]
+
+# configs/ in the repository, installed as the data package ez_robot.configs.
+PRESET_DIR = Path(str(importlib.resources.files("ez_robot.configs")))
+
+
+class ConfigError(ValueError):
+    """A user's configuration mistake: unknown key, bad value, bad budget string."""
+
+
+def _check(section: str, rules: Iterable[tuple[str, bool, str]], obj) -> None:
+    for name, ok, rule in rules:
+        if not ok:
+            raise ConfigError(f"{section}.{name} must be {rule}, got {getattr(obj, name)!r}")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    task: str = "cartpole_swingup"
+    """Task name: <domain>_<task> (DMControl), atari:<Game> or gym:<id>."""
+    obs: str = "state"
+    """Observation kind: state or pixels (Atari is always pixels)."""
+    action_repeat: int = 4
+    """Simulator steps per agent decision (Atari: the frame skip)."""
+    bins: int = 5
+    """DMControl: evenly spaced values per action dimension, both bounds included."""
+    max_discrete_actions: int = 1024
+    """DMControl: refuse a discretization with more than this many joint actions (bins^dims)."""
+    frame_size: int = 96
+    """Pixels: side of the square observation."""
+    frame_stack: int = 4
+    """Pixels: frames stacked on the channel axis."""
+    noop_max: int = 30
+    """Atari: up to this many no-op actions at reset."""
+    max_episode_frames: int = 108_000
+    """Atari: episode cap in emulator frames."""
+    budget_unit: str = "agent_steps"
+    """What --budget counts: agent_steps (Atari 100k) or env_frames (DMC 100k: simulator steps)."""
+
+    def __post_init__(self):
+        _check("env", [
+            ("obs", self.obs in ("state", "pixels"), "'state' or 'pixels'"),
+            ("action_repeat", self.action_repeat >= 1, ">= 1"),
+            ("bins", self.bins >= 2, ">= 2"),
+            ("max_discrete_actions", self.max_discrete_actions >= 2, ">= 2"),
+            ("frame_size", 8 <= self.frame_size <= 512, "in [8, 512]"),
+            ("frame_stack", self.frame_stack >= 1, ">= 1"),
+            ("noop_max", self.noop_max >= 0, ">= 0"),
+            ("max_episode_frames", self.max_episode_frames >= 1, ">= 1"),
+            ("budget_unit", self.budget_unit in ("agent_steps", "env_frames"), "'agent_steps' or 'env_frames'"),
+        ], self)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_channels: int = 64
+    """Pixels: planes of the latent state (6x6x64 for 96x96 inputs)."""
+    reduced_channels: int = 16
+    """Pixels: planes of the 1x1 convolution in front of each head."""
+    head_hidden: int = 32
+    """Hidden width of the value, value-prefix and policy heads."""
+    latent_dim: int = 128
+    """States: width of the latent vector of the MLP model."""
+    mlp_hidden: int = 256
+    """States: hidden width of the MLP representation and dynamics."""
+    lstm_hidden: int = 512
+    """Hidden size of the value-prefix LSTM."""
+    support_size: int = 300
+    """Categorical value and value-prefix supports span [-support_size, support_size] (601 bins)."""
+    projection_hidden: int = 512
+    """SimSiam projector hidden width."""
+    projection_out: int = 1024
+    """SimSiam projector and predictor output width."""
+
+    def __post_init__(self):
+        _check("model", [(name, getattr(self, name) >= 1, ">= 1") for name in (
+            "num_channels", "reduced_channels", "head_hidden", "latent_dim", "mlp_hidden", "lstm_hidden",
+            "support_size", "projection_hidden", "projection_out")], self)
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    segment_length: int = 400
+    """Moves per stored trajectory segment."""
+    capacity: int = 100_000
+    """Transitions kept (the whole 100k run by default)."""
+    priority_alpha: float = 0.6
+    """Priority exponent alpha."""
+    priority_beta_start: float = 0.4
+    """Importance-sampling exponent beta at the start, annealed to priority_beta_end."""
+    priority_beta_end: float = 1.0
+    """Importance-sampling exponent at the end of training."""
+    min_replay_size: int = 2000
+    """Transitions stored before sampling starts."""
+
+    def __post_init__(self):
+        _check("replay", [
+            ("segment_length", self.segment_length >= 1, ">= 1"),
+            ("capacity", self.capacity >= 1, ">= 1"),
+            ("priority_alpha", 0.0 <= self.priority_alpha <= 1.0, "in [0, 1]"),
+            ("priority_beta_start", 0.0 <= self.priority_beta_start <= 1.0, "in [0, 1]"),
+            ("priority_beta_end", 0.0 <= self.priority_beta_end <= 1.0, "in [0, 1]"),
+            ("min_replay_size", self.min_replay_size >= 1, ">= 1"),
+        ], self)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    budget: int = 100_000
+    """Run length in env.budget_unit."""
+    train_steps_per_agent_step: float = 1.2
+    """Learner steps per agent decision (the paper: 120k training steps for 100k Atari steps)."""
+    batch_size: int = 256
+    """Minibatch size."""
+    lr: float = 0.2
+    """SGD learning rate at the start, decayed to lr_final."""
+    lr_final: float = 0.02
+    """Learning rate at the end of training."""
+    momentum: float = 0.9
+    """SGD momentum."""
+    weight_decay: float = 1e-4
+    """L2 weight decay c."""
+    max_grad_norm: float = 5.0
+    """Gradient-norm clip."""
+    unroll_steps: int = 5
+    """Model unroll length l_unroll."""
+    td_steps: int = 5
+    """Value-target horizon k."""
+    policy_loss_coef: float = 1.0
+    """lambda_1."""
+    value_loss_coef: float = 0.25
+    """lambda_2."""
+    consistency_loss_coef: float = 2.0
+    """lambda_3."""
+    reanalyze_policy_ratio: float = 0.99
+    """Share of sampled positions whose policy target is re-searched with the target network."""
+    dynamic_horizon_tau: float = 0.3
+    """tau in l = clip(k - floor(age / (tau * T_total)), 1, k)."""
+    selfplay_update_interval: int = 100
+    """Training steps between weight refreshes of the acting network."""
+    target_update_interval: int = 200
+    """Training steps between target-network refreshes."""
+    eval_episodes: int = 32
+    """Evaluation episodes."""
+    consistency: bool = True
+    """Ablation: SimSiam temporal-consistency loss."""
+    value_prefix: bool = True
+    """Ablation: end-to-end value-prefix LSTM (off: per-step reward head, summed)."""
+    off_policy_correction: bool = True
+    """Ablation: dynamic horizon + MCTS root value targets (off: plain k-step targets)."""
+
+    def __post_init__(self):
+        _check("train", [
+            ("budget", self.budget >= 1, ">= 1"),
+            ("train_steps_per_agent_step", self.train_steps_per_agent_step > 0, "> 0"),
+            ("batch_size", self.batch_size >= 1, ">= 1"),
+            ("lr", self.lr > 0, "> 0"),
+            ("lr_final", self.lr_final > 0, "> 0"),
+            ("momentum", 0.0 <= self.momentum < 1.0, "in [0, 1)"),
+            ("weight_decay", self.weight_decay >= 0, ">= 0"),
+            ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
+            ("unroll_steps", self.unroll_steps >= 1, ">= 1"),
+            ("td_steps", self.td_steps >= 1, ">= 1"),
+            ("policy_loss_coef", self.policy_loss_coef >= 0, ">= 0"),
+            ("value_loss_coef", self.value_loss_coef >= 0, ">= 0"),
+            ("consistency_loss_coef", self.consistency_loss_coef >= 0, ">= 0"),
+            ("reanalyze_policy_ratio", 0.0 <= self.reanalyze_policy_ratio <= 1.0, "in [0, 1]"),
+            ("dynamic_horizon_tau", self.dynamic_horizon_tau > 0, "> 0"),
+            ("selfplay_update_interval", self.selfplay_update_interval >= 1, ">= 1"),
+            ("target_update_interval", self.target_update_interval >= 1, ">= 1"),
+            ("eval_episodes", self.eval_episodes >= 1, ">= 1"),
+        ], self)
+
+
+@dataclass(frozen=True)
+class Config:
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0
+    """Seed of every random generator in the run."""
+    preset: str = ""
+    """The preset file the config was built from (informational)."""
+
+    @property
+    def agent_steps_budget(self) -> int:
+        """The budget converted to agent decisions."""
+        if self.env.budget_unit == "agent_steps":
+            return self.train.budget
+        return -(-self.train.budget // self.env.action_repeat)  # ceil: never stop short of the budget
+
+    @property
+    def env_frames_budget(self) -> int:
+        return self.agent_steps_budget * self.env.action_repeat
+
+
+SECTIONS = {"env": EnvConfig, "model": ModelConfig, "search": SearchConfig, "replay": ReplayConfig,
+            "train": TrainConfig}
+TOP_LEVEL = ("seed",)
+
+
+def task_family(task: str, obs: str = "state") -> str:
+    """The preset a task uses: atari, classic, dmc_state or dmc_pixels."""
+    if task.startswith("atari:"):
+        return "atari"
+    if task.startswith("gym:"):
+        return "classic"
+    return "dmc_pixels" if obs == "pixels" else "dmc_state"
+
+
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+
+
+def parse_budget(text: str | int) -> int:
+    """'100k' -> 100000, '1.5M' -> 1500000, '30000' -> 30000; anything else is an error."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        match = _BUDGET.match(str(text))
+        if not match:
+            raise ConfigError(f"bad budget {text!r}: use a whole number with an optional k or M suffix, e.g. 100k")
+        number, suffix = float(match.group(1)), match.group(2).lower()
+        value = number * {"": 1, "k": 1_000, "m": 1_000_000}[suffix]
+        if value != int(value):
+            raise ConfigError(f"bad budget {text!r}: it is not a whole number of steps")
+        value = int(value)
+    if value < 1:
+        raise ConfigError(f"bad budget {text!r}: it must be at least 1")
+    return value
+
+
+def _all_keys() -> list[str]:
+    keys = [f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+    return keys + list(TOP_LEVEL)
+
+
+def _coerce(key: str, value: Any, kind) -> Any:
+    kind = {"int": int, "float": float, "bool": bool, "str": str}.get(kind, kind) if isinstance(kind, str) else kind
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return parse_budget(value) if key == "train.budget" else int(value)
+            except (ValueError, ConfigError):
+                pass
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(eval_number(value))
+            except ValueError:
+                pass
+    elif kind is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{key} must be {kind.__name__}, got {value!r}")
+
+
+def eval_number(text: str) -> float:
+    """A float, also written as a power such as 0.997**4."""
+    match = re.fullmatch(r"\s*([0-9.eE+-]+)\s*\*\*\s*([0-9.eE+-]+)\s*", text)
+    if match:
+        return float(match.group(1)) ** float(match.group(2))
+    return float(text)
+
+
+def _unknown(key: str) -> ConfigError:
+    close = difflib.get_close_matches(key, _all_keys(), n=3, cutoff=0.5)
+    hint = f"; did you mean: {', '.join(close)}?" if close else "; keys look like train.lr or search.num_simulations"
+    return ConfigError(f"unknown config key {key!r}{hint}")
+
+
+def _merge(values: dict, update: Mapping, where: str) -> None:
+    """Folds a nested mapping {section: {key: value}} into flat values {'section.key': value}."""
+    for section, entries in update.items():
+        if section in TOP_LEVEL:
+            values[section] = entries
+            continue
+        if section not in SECTIONS or not isinstance(entries, Mapping):
+            raise ConfigError(f"{where}: unknown config section {section!r} (sections: {', '.join(SECTIONS)})")
+        for key, value in entries.items():
+            values[f"{section}.{key}"] = value
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ConfigError(f"bad --set {text!r}: write key=value, e.g. train.lr=0.1")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else raw
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def load_config(task: str, *, obs: str = "state", budget: str | int | None = None, seed: int | None = None,
+                overrides: Iterable[str] = (), preset_dir: Path | None = None) -> Config:
+    """Builds the resolved config for a task: dataclass defaults (the paper), then the family
+    preset, then its per-task overrides, then ``budget``/``seed``, then ``--set`` overrides."""
+    family = task_family(task, obs)
+    path = (preset_dir or PRESET_DIR) / f"{family}.yaml"
+    with open(path) as f:
+        preset = yaml.safe_load(f) or {}
+    values: dict[str, Any] = {}
+    task_overrides = preset.pop("tasks", {}) or {}
+    _merge(values, preset, path.name)
+    name = task.split(":", 1)[1] if ":" in task else task
+    for pattern, update in task_overrides.items():  # in file order, later patterns win
+        if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(task, pattern):
+            _merge(values, update, f"{path.name} tasks.{pattern}")
+    values["env.task"] = task
+    values["env.obs"] = "pixels" if family == "atari" else obs
+    if budget is not None:
+        values["train.budget"] = parse_budget(budget)
+    if seed is not None:
+        values["seed"] = seed
+    for text in overrides:
+        key, value = _parse_override(text)
+        values[key] = value
+    return _build(values, preset=path.name)
+
+
+def _build(values: Mapping[str, Any], preset: str = "") -> Config:
+    known = set(_all_keys())
+    for key in values:
+        if key not in known:
+            raise _unknown(key)
+    sections = {}
+    for section, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        kwargs = {}
+        for f in dataclasses.fields(cls):
+            key = f"{section}.{f.name}"
+            if key in values:
+                kwargs[f.name] = _coerce(key, values[key], hints[f.name])
+        try:
+            sections[section] = cls(**kwargs)
+        except ConfigError:
+            raise
+        except (ValueError, TypeError) as error:  # SearchConfig's own checks
+            raise ConfigError(str(error).replace("SearchConfig.", "search.")) from None
+    seed = _coerce("seed", values.get("seed", 0), int)
+    return Config(seed=seed, preset=preset, **sections)
+
+
+def config_to_dict(config: Config) -> dict:
+    """The resolved config as plain data (what a run saves as config.yaml)."""
+    return dataclasses.asdict(config)
+
+
+def config_from_dict(data: Mapping) -> Config:
+    """Inverse of :func:`config_to_dict` (loading a saved run)."""
+    values: dict[str, Any] = {}
+    data = dict(data)
+    preset = data.pop("preset", "")
+    _merge(values, data, "saved config")
+    return _build(values, preset=preset)

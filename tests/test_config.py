@@ -1,0 +1,87 @@
+"""Config presets, overrides, budgets and their error messages."""
+import dataclasses
+
+import pytest
+
+from ez_robot.config import (Config, ConfigError, PRESET_DIR, config_from_dict, config_to_dict, load_config,
+                             parse_budget)
+
+
+def test_atari_preset_is_the_paper_table():
+    c = load_config("atari:Pong")
+    assert c.env.obs == "pixels" and c.env.frame_size == 96 and c.env.frame_stack == 4
+    assert c.env.action_repeat == 4 and c.env.max_episode_frames == 108_000 and c.env.noop_max == 30
+    assert c.search.discount == pytest.approx(0.997**4)
+    assert (c.search.num_simulations, c.search.c1, c.search.c2) == (50, 1.25, 19652.0)
+    assert (c.search.dirichlet_alpha, c.search.dirichlet_fraction, c.search.lstm_horizon) == (0.3, 0.25, 5)
+    t = c.train
+    assert (t.batch_size, t.lr, t.lr_final, t.momentum, t.weight_decay, t.max_grad_norm) == (256, 0.2, 0.02, 0.9,
+                                                                                              1e-4, 5.0)
+    assert (t.unroll_steps, t.td_steps, t.policy_loss_coef, t.value_loss_coef, t.consistency_loss_coef) == (
+        5, 5, 1.0, 0.25, 2.0)
+    assert (t.reanalyze_policy_ratio, t.selfplay_update_interval, t.target_update_interval, t.eval_episodes) == (
+        0.99, 100, 200, 32)
+    assert (c.replay.priority_alpha, c.replay.priority_beta_start, c.replay.min_replay_size) == (0.6, 0.4, 2000)
+    assert c.model.lstm_hidden == 512 and 2 * c.model.support_size + 1 == 601
+    # Atari 100k counts agent steps: 100k decisions, 400k frames.
+    assert c.env.budget_unit == "agent_steps" and c.agent_steps_budget == 100_000 and c.env_frames_budget == 400_000
+
+
+@pytest.mark.parametrize("task,repeat", [("cartpole_swingup", 8), ("finger_spin", 2), ("walker_walk", 2),
+                                         ("cheetah_run", 4), ("reacher_easy", 4), ("ball_in_cup_catch", 4),
+                                         ("hopper_hop", 4)])
+def test_dmc_action_repeat_per_task(task, repeat):
+    assert load_config(task).env.action_repeat == repeat
+
+
+def test_dmc_budget_counts_simulator_steps():
+    c = load_config("cartpole_swingup", budget="100k")
+    assert c.env.budget_unit == "env_frames" and c.env.bins == 5
+    assert c.env_frames_budget == 100_000 and c.agent_steps_budget == 12_500
+
+
+def test_overrides_and_round_trip():
+    c = load_config("cartpole_swingup", obs="pixels", seed=3,
+                    overrides=["train.lr=0.1", "search.num_simulations=20", "train.consistency=false",
+                               "env.action_repeat=2", "train.budget=2k", "search.discount=0.99**2"])
+    assert (c.train.lr, c.search.num_simulations, c.train.consistency, c.env.action_repeat) == (0.1, 20, False, 2)
+    assert c.train.budget == 2000 and c.seed == 3 and c.env.obs == "pixels"
+    assert c.search.discount == pytest.approx(0.9801)
+    assert config_from_dict(config_to_dict(c)) == c
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.train.lr = 1.0
+
+
+@pytest.mark.parametrize("override,match", [
+    ("train.lrr=0.1", r"unknown config key 'train.lrr'; did you mean: train.lr"),
+    ("serch.num_simulations=3", r"did you mean: search.num_simulations"),
+    ("search.num_simulations=-1", r"search.num_simulations must be >= 0, got -1"),
+    ("train.lr=fast", r"train.lr must be float, got 'fast'"),
+    ("train.consistency=maybe", r"train.consistency must be bool"),
+    ("env.obs=rgb", r"env.obs must be 'state' or 'pixels'"),
+    ("replay.priority_alpha=2", r"replay.priority_alpha must be in \[0, 1\]"),
+    ("lr", r"bad --set 'lr': write key=value"),
+])
+def test_bad_overrides_name_the_key(override, match):
+    with pytest.raises(ConfigError, match=match):
+        load_config("cartpole_swingup", overrides=[override])
+
+
+@pytest.mark.parametrize("text,value", [("100k", 100_000), ("1.5M", 1_500_000), ("30000", 30_000), ("2K", 2000),
+                                        (500, 500)])
+def test_parse_budget(text, value):
+    assert parse_budget(text) == value
+
+
+@pytest.mark.parametrize("text", ["10x", "1e5", "", "k", "-5k", "0", "1.0005k", "100 000"])
+def test_bad_budgets(text):
+    with pytest.raises(ConfigError, match="bad budget"):
+        parse_budget(text)
+
+
+def test_every_preset_loads():
+    names = sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+    assert names == ["atari", "classic", "dmc_pixels", "dmc_state"]
+    for task, obs in [("atari:Pong", "pixels"), ("gym:CartPole-v1", "state"), ("walker_walk", "pixels"),
+                      ("walker_walk", "state")]:
+        assert isinstance(load_config(task, obs=obs), Config)

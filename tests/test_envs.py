@@ -1,0 +1,116 @@
+"""DMControl and classic-control envs, the task registry and its errors."""
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from ez_robot import envs
+from ez_robot.envs.dmc import discrete_action_table
+
+
+@pytest.mark.parametrize("task,obs", [("cartpole_swingup", "state"), ("cartpole_swingup", "pixels"),
+                                      ("reacher_easy", "state"), ("gym:CartPole-v1", "state")])
+def test_check_env_passes(task, obs):
+    env = envs.make(task, seed=0, obs=obs)
+    check_env(env.unwrapped if task.startswith("gym:") else env, skip_render_check=True)
+
+
+def test_discretizer_round_trip():
+    low, high = np.array([-1.0, 0.0, -2.0]), np.array([1.0, 0.5, 3.0])
+    table = discrete_action_table(low, high, 5)
+    assert table.shape == (125, 3)
+    assert (table >= low).all() and (table <= high).all()
+    assert len({tuple(row) for row in table}) == 125  # all K^d vectors distinct
+    for d in range(3):  # each dimension takes K evenly spaced values, both bounds included
+        np.testing.assert_allclose(np.unique(table[:, d]), np.linspace(low[d], high[d], 5))
+    # index -> digits: dimension 0 is the most significant base-K digit
+    np.testing.assert_allclose(table[0], low)
+    np.testing.assert_allclose(table[-1], high)
+    np.testing.assert_allclose(table[1], [low[0], low[1], low[2] + 1.25])
+
+
+def test_dmc_discrete_actions_reach_the_simulator():
+    env = envs.make("ball_in_cup_catch", seed=0)  # 2 action dims
+    assert env.action_space.n == 25 and env.action_repeat == 4
+    env.reset(seed=0)
+    env.step(24)
+    np.testing.assert_allclose(env.unwrapped._env.physics.data.ctrl, env.action_high)
+    env.step(0)
+    np.testing.assert_allclose(env.unwrapped._env.physics.data.ctrl, env.action_low)
+
+
+def test_dmc_episode_is_truncated_not_terminated():
+    env = envs.make("cartpole_swingup", seed=1)
+    env.reset(seed=1)
+    steps, frames = 0, 0
+    while True:
+        _, reward, terminated, truncated, info = env.step(env.action_space.sample())
+        steps += 1
+        frames += info["env_frames"]
+        assert not terminated
+        if truncated:
+            break
+    assert frames == 1000 and steps == 125  # 1000 simulator steps at action repeat 8
+
+
+def test_same_seed_same_observations():
+    a, b = envs.make("cartpole_swingup", seed=3), envs.make("cartpole_swingup", seed=3)
+    oa, ob = a.reset(seed=3)[0], b.reset(seed=3)[0]
+    np.testing.assert_array_equal(oa, ob)
+    for action in [0, 4, 2, 1]:
+        np.testing.assert_array_equal(a.step(action)[0], b.step(action)[0])
+    assert not np.array_equal(envs.make("cartpole_swingup").reset(seed=4)[0], oa)
+
+
+def test_pixels_are_channel_first_stacks():
+    env = envs.make("cartpole_swingup", seed=0, obs="pixels", frame_size=64, frame_stack=3)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (9, 64, 64) and obs.dtype == np.uint8
+    np.testing.assert_array_equal(obs[:3], obs[6:])  # reset fills the stack with the first frame
+    for _ in range(3):
+        obs = env.step(4)[0]
+    assert not np.array_equal(obs[:3], obs[6:])  # the cart moved
+    assert obs.std() > 5  # a real picture, not a blank frame
+
+
+@pytest.mark.parametrize("task,obs", [("cartpole_swingup", "state"), ("cartpole_swingup", "pixels"),
+                                      ("gym:CartPole-v1", "state")])
+def test_envs_pickle(task, obs):
+    env = envs.make(task, seed=0, obs=obs)
+    env.reset(seed=0)
+    clone = pickle.loads(pickle.dumps(env))
+    np.testing.assert_array_equal(clone.reset(seed=5)[0], env.reset(seed=5)[0])
+    clone.step(0)
+
+
+def test_registry_lists_tasks():
+    names = envs.task_names()
+    for name in ["cartpole_swingup", "reacher_easy", "ball_in_cup_catch", "walker_walk", "finger_spin",
+                 "atari:Pong", "atari:MsPacman", "gym:CartPole-v1"]:
+        assert name in names
+    assert envs.task_names("walker_*") == ["walker_run", "walker_stand", "walker_walk"]
+    assert envs.task_names("pong") == ["atari:Pong"]
+
+
+@pytest.mark.parametrize("task,hint", [("cartpol_swingup", "cartpole_swingup"), ("atari:pong", "atari:Pong"),
+                                       ("gym:Cartpole-v1", "gym:CartPole-v1")])
+def test_unknown_task_names_closest(task, hint):
+    with pytest.raises(envs.UnknownTaskError, match=f"unknown task '{task}'; did you mean: .*{hint}"):
+        envs.make(task)
+
+
+def test_too_many_discrete_actions_says_what_to_lower():
+    with pytest.raises(ValueError, match=r"5\^6 = 15,625 discrete actions.*Lower env.bins"):
+        envs.make("walker_walk")
+    assert envs.make("walker_walk", bins=3).action_space.n == 729
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="mode must be 'train' or 'eval'"):
+        envs.make("cartpole_swingup", mode="test")
+    with pytest.raises(Exception, match="env.bins must be >= 2"):
+        envs.make("cartpole_swingup", bins=1)
+    with pytest.raises(TypeError, match="unknown option"):
+        envs.make("cartpole_swingup", bogus=3)
