@@ -1,0 +1,151 @@
+"""Prioritized replay of trajectory segments.
+
+A :class:`Segment` is a run of consecutive moves of one episode (400 by default) plus a
+look-ahead tail of the moves that follow it, so that every move of the segment can
+build its unroll and value targets without touching another segment.  Frames are stored
+once: pixel observations keep only their newest frame per move (plus the frames stacked
+before the first move), and stacks are rebuilt when a batch is sampled.
+
+Priorities are kept per move (``alpha`` = 0.6); new moves enter at the current maximum
+priority, and sampling returns importance-sampling weights (``beta`` annealed by the
+caller from 0.4 to 1).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ez_robot.config import ReplayConfig
+
+__all__ = ["Segment", "SampleRef", "ReplayBuffer"]
+
+
+@dataclass
+class Segment:
+    """Moves of one episode.  M = len(actions) moves, the first ``num_own`` of which are
+    this segment's (sampled); the rest are the look-ahead tail, owned by the next segment."""
+
+    frames: np.ndarray
+    """[frame_stack - 1 + M + 1, *frame_shape]: frame j is the newest frame of observation
+    j - (frame_stack - 1); observation j is frames[j : j + frame_stack] stacked on axis 0."""
+    actions: np.ndarray
+    """[M] int64 action taken at each move."""
+    rewards: np.ndarray
+    """[M] float32 reward received after each move."""
+    root_values: np.ndarray
+    """[M + 1] float32 search root value at each observation, when it was collected
+    (the last one 0 when the episode terminated there)."""
+    policies: np.ndarray
+    """[M, A] float32 search visit distribution at each move, when it was collected."""
+    collected_at: np.ndarray
+    """[num_own] int64 training step of the acting network that collected each move."""
+    num_own: int
+    """Moves that belong to this segment (the rest is tail)."""
+    frame_stack: int = 1
+    """Frames per observation."""
+    episode_end: bool = False
+    """The episode ends after the last move (observation M is its final one)."""
+    terminated: bool = False
+    """It ended by termination (no bootstrapping past it), not by truncation."""
+
+    def __post_init__(self):
+        moves = len(self.actions)
+        checks = {
+            "frames": (len(self.frames), self.frame_stack + moves),
+            "rewards": (len(self.rewards), moves),
+            "root_values": (len(self.root_values), moves + 1),
+            "policies": (len(self.policies), moves),
+            "collected_at": (len(self.collected_at), self.num_own),
+        }
+        for name, (got, want) in checks.items():
+            if got != want:
+                raise ValueError(f"Segment.{name} has length {got}, expected {want} for {moves} moves")
+        if not 1 <= self.num_own <= moves:
+            raise ValueError(f"Segment.num_own must be in [1, {moves}], got {self.num_own}")
+        if self.terminated and not self.episode_end:
+            raise ValueError("Segment.terminated needs episode_end")
+
+    @property
+    def num_moves(self) -> int:
+        return len(self.actions)
+
+    def observation(self, index: int) -> np.ndarray:
+        """Observation ``index`` in [0, M], frames stacked on axis 0."""
+        frames = self.frames[index:index + self.frame_stack]
+        return frames.reshape((-1,) + frames.shape[2:]) if self.frame_stack > 1 else frames[0]
+
+
+@dataclass(frozen=True)
+class SampleRef:
+    """Which moves a batch holds, and their importance-sampling weights."""
+
+    segments: list
+    """[B] Segment objects."""
+    segment_ids: np.ndarray
+    """[B] int64 ids, for priority updates."""
+    positions: np.ndarray
+    """[B] int64 move index inside each segment."""
+    weights: np.ndarray
+    """[B] float32 importance-sampling weights, max-normalized to 1."""
+
+
+@dataclass
+class ReplayBuffer:
+    config: ReplayConfig
+    segments: list = field(default_factory=list)
+    _priorities: list = field(default_factory=list)
+    _first_id: int = 0
+    _max_priority: float = 1.0
+    _num_moves: int = 0
+
+    def __len__(self) -> int:
+        """Moves that can be sampled."""
+        return self._num_moves
+
+    def add(self, segment: Segment) -> int:
+        """Stores a segment at the current max priority; returns its id.  Evicts the oldest
+        segments beyond ``capacity`` moves."""
+        self.segments.append(segment)
+        self._priorities.append(np.full(segment.num_own, self._max_priority, np.float64))
+        self._num_moves += segment.num_own
+        while self._num_moves > self.config.capacity and len(self.segments) > 1:
+            self._num_moves -= self.segments.pop(0).num_own
+            self._priorities.pop(0)
+            self._first_id += 1
+        return self._first_id + len(self.segments) - 1
+
+    def ready(self) -> bool:
+        return self._num_moves >= self.config.min_replay_size
+
+    def sample(self, batch_size: int, beta: float, rng: np.random.Generator) -> SampleRef:
+        """Samples moves with P(i) = p_i^alpha / sum_j p_j^alpha."""
+        if not self._num_moves:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        lengths = np.array([len(p) for p in self._priorities])
+        scaled = np.concatenate(self._priorities) ** self.config.priority_alpha
+        probs = scaled / scaled.sum()
+        flat = rng.choice(len(probs), size=batch_size, p=probs)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        which = np.searchsorted(starts, flat, side="right") - 1
+        weights = (len(probs) * probs[flat]) ** (-beta)
+        return SampleRef(
+            segments=[self.segments[i] for i in which],
+            segment_ids=(which + self._first_id).astype(np.int64),
+            positions=(flat - starts[which]).astype(np.int64),
+            weights=(weights / weights.max()).astype(np.float32),
+        )
+
+    def update_priorities(self, segment_ids: np.ndarray, positions: np.ndarray, priorities: np.ndarray) -> None:
+        """Sets new priorities (e.g. value L1 errors); ids already evicted are skipped."""
+        priorities = np.maximum(np.asarray(priorities, np.float64), 1e-6)
+        for sid, pos, p in zip(segment_ids, positions, priorities):
+            i = int(sid) - self._first_id
+            if 0 <= i < len(self.segments):
+                self._priorities[i][pos] = p
+        self._max_priority = max(self._max_priority, float(priorities.max()))
+
+    def probabilities(self) -> np.ndarray:
+        """P(i) of every stored move, in storage order (tests, diagnostics)."""
+        scaled = np.concatenate(self._priorities) ** self.config.priority_alpha
+        return scaled / scaled.sum()

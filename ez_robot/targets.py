@@ -1,0 +1,113 @@
+"""Training targets for a sampled batch (the CPU half of reanalyze).
+
+For each sampled move t and unroll index u in 0..K the learner needs:
+
+- the observations o_t .. o_{t+K} (o_{t+u} is the consistency target of step u);
+- value-prefix targets: the undiscounted reward sums since the last LSTM reset;
+- value targets, the paper's off-policy correction (eq. 4):
+      z_{t+u} = sum_{i<l} gamma^i u_{t+u+i} + gamma^l nu_{t+u+l},
+  with the dynamic horizon l = clip(k - floor(age / (tau * T_total)), 1, k) and nu the
+  root value of a fresh search; this module computes the reward sums and where each
+  bootstrap comes from, :mod:`ez_robot.reanalyze` runs the searches;
+- masks for what lies past the end of the episode: after termination the state is
+  absorbing (value and rewards 0); after truncation there is no data, so those terms
+  are masked out rather than guessed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ez_robot.replay import SampleRef
+
+__all__ = ["dynamic_horizon", "BatchContext", "prepare_context"]
+
+
+def dynamic_horizon(collected_at: np.ndarray, train_step: int, total_train_steps: int, td_steps: int,
+                    tau: float) -> np.ndarray:
+    """l in [1, k]: older data bootstraps sooner (paper, eq. 4)."""
+    age = np.maximum(train_step - np.asarray(collected_at, np.int64), 0)
+    return np.clip(td_steps - np.floor(age / (tau * total_train_steps)).astype(np.int64), 1, td_steps)
+
+
+@dataclass
+class BatchContext:
+    """Everything a batch needs except the searches.  B samples, K unroll steps."""
+
+    observations: np.ndarray
+    """[B, K + 1, *obs_shape] o_{t+u} (past the data: the last observation, masked)."""
+    actions: np.ndarray
+    """[B, K] int64 a_{t+u} (past the episode: random, masked)."""
+    value_prefix_targets: np.ndarray
+    """[B, K] float32 reward sums since the last LSTM reset, after each unrolled action."""
+    value_partial: np.ndarray
+    """[B, K + 1] float32 sum_{i<l} gamma^i u_{t+u+i} (the discounted reward part of z)."""
+    bootstrap_discount: np.ndarray
+    """[B, K + 1] float32 gamma^l where z bootstraps, 0 where it does not."""
+    bootstrap_index: np.ndarray
+    """[B, K + 1] int64 move index (in the segment) of the bootstrap observation, -1 if none."""
+    stored_bootstrap_values: np.ndarray
+    """[B, K + 1] float32 the root values stored at collection (the stale bootstrap)."""
+    stored_policies: np.ndarray
+    """[B, K + 1, A] float32 visit distributions stored at collection (uniform past the end)."""
+    mask_policy: np.ndarray
+    """[B, K + 1] float32 1 where o_{t+u} has a move (a policy target)."""
+    mask_value: np.ndarray
+    """[B, K + 1] float32 1 where z_{t+u} is known (within the data, or absorbing)."""
+    mask_value_prefix: np.ndarray
+    """[B, K] float32 1 where the value-prefix target is known."""
+    mask_consistency: np.ndarray
+    """[B, K] float32 1 where o_{t+u+1} exists (consistency target of step u + 1)."""
+
+
+def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
+                    lstm_horizon: int, num_actions: int, rng: np.random.Generator) -> BatchContext:
+    """Gathers observations, actions and the reward parts of every target.
+
+    ``horizons`` [B] is l per sample (``dynamic_horizon``, or k without correction)."""
+    batch, K = len(ref.positions), unroll_steps
+    obs_shape = ref.segments[0].observation(0).shape
+    observations = np.empty((batch, K + 1) + obs_shape, ref.segments[0].frames.dtype)
+    actions = rng.integers(num_actions, size=(batch, K)).astype(np.int64)
+    vp_targets = np.zeros((batch, K), np.float32)
+    partial = np.zeros((batch, K + 1), np.float32)
+    boot_discount = np.zeros((batch, K + 1), np.float32)
+    boot_index = np.full((batch, K + 1), -1, np.int64)
+    stored_values = np.zeros((batch, K + 1), np.float32)
+    policies = np.full((batch, K + 1, num_actions), 1.0 / num_actions, np.float32)
+    mask_policy = np.zeros((batch, K + 1), np.float32)
+    mask_value = np.zeros((batch, K + 1), np.float32)
+    mask_vp = np.zeros((batch, K), np.float32)
+    mask_consistency = np.zeros((batch, K), np.float32)
+    powers = discount ** np.arange(int(horizons.max()) + 1)
+
+    for b, (segment, t, l) in enumerate(zip(ref.segments, ref.positions, horizons)):
+        moves = segment.num_moves  # observations 0..moves exist; moves 0..moves-1 have actions
+        rewards, terminated = segment.rewards, segment.terminated
+        for u in range(K + 1):
+            pos = t + u
+            observations[b, u] = segment.observation(min(pos, moves))
+            if pos < moves:
+                mask_policy[b, u] = 1.0
+                policies[b, u] = segment.policies[pos]
+            if u < K:
+                if pos < moves:
+                    actions[b, u] = segment.actions[pos]
+                # value prefix after action u: the LSTM restarts every lstm_horizon steps
+                start = t + (u // lstm_horizon) * lstm_horizon
+                vp_targets[b, u] = rewards[start:min(pos + 1, moves)].sum()
+                mask_vp[b, u] = 1.0 if (pos < moves or terminated) else 0.0
+                mask_consistency[b, u] = 1.0 if pos + 1 <= moves else 0.0
+            if pos > moves:  # past the end of the episode
+                mask_value[b, u] = 1.0 if terminated else 0.0  # absorbing: z = 0
+                continue
+            horizon = min(int(l), moves - pos)  # the tail covers k moves unless the episode ended
+            partial[b, u] = float(np.dot(powers[:horizon], rewards[pos:pos + horizon]))
+            mask_value[b, u] = 1.0
+            if not (terminated and pos + horizon == moves):
+                boot_index[b, u] = pos + horizon
+                boot_discount[b, u] = powers[horizon]
+                stored_values[b, u] = segment.root_values[pos + horizon]
+    return BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
+                        policies, mask_policy, mask_value, mask_vp, mask_consistency)
