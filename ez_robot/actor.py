@@ -1,0 +1,117 @@
+"""Self-play: N environments stepped together, one batched search per decision.
+
+Moves are cut into :class:`Segment` s of ``segment_length`` moves, each carrying a
+look-ahead tail of ``tail_length`` following moves (unroll + td steps) so its targets
+never reach into another segment.  An episode's last segment has no tail.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ez_robot._search import SearchConfig, visit_policy
+from ez_robot.inference import TorchInference, run_search
+from ez_robot.replay import Segment
+
+__all__ = ["Actor", "EpisodeStats"]
+
+
+@dataclass
+class EpisodeStats:
+    episode_return: float
+    length: int
+    env_frames: int
+
+
+@dataclass
+class _Trajectory:
+    frame_stack: int
+    frames: list = field(default_factory=list)
+    actions: list = field(default_factory=list)
+    rewards: list = field(default_factory=list)
+    root_values: list = field(default_factory=list)
+    policies: list = field(default_factory=list)
+    collected_at: list = field(default_factory=list)
+    episode_return: float = 0.0
+    length: int = 0
+    env_frames: int = 0
+
+    def start(self, obs: np.ndarray) -> None:
+        # a stacked pixel observation holds frame_stack frames on its channel axis
+        self.frames = list(np.split(obs, self.frame_stack, axis=0)) if self.frame_stack > 1 else [obs]
+
+    def newest_frame(self, obs: np.ndarray) -> np.ndarray:
+        return np.split(obs, self.frame_stack, axis=0)[-1] if self.frame_stack > 1 else obs
+
+    def segment(self, num_own: int, last_value: float, *, episode_end=False, terminated=False) -> Segment:
+        moves = num_own if episode_end else len(self.actions)
+        return Segment(
+            frames=np.stack(self.frames[:self.frame_stack + moves]),
+            actions=np.array(self.actions[:moves], np.int64),
+            rewards=np.array(self.rewards[:moves], np.float32),
+            root_values=np.array(self.root_values[:moves] + [last_value], np.float32),
+            policies=np.stack(self.policies[:moves]).astype(np.float32),
+            collected_at=np.array(self.collected_at[:num_own], np.int64),
+            num_own=num_own, frame_stack=self.frame_stack, episode_end=episode_end, terminated=terminated)
+
+    def drop(self, moves: int) -> None:
+        del self.frames[:moves], self.actions[:moves], self.rewards[:moves]
+        del self.root_values[:moves], self.policies[:moves], self.collected_at[:moves]
+
+
+class Actor:
+    def __init__(self, envs: list, inference: TorchInference, search_config: SearchConfig, *, segment_length: int,
+                 tail_length: int, frame_stack: int, seed: int):
+        self.envs = envs
+        self.inference = inference
+        self.search_config = search_config
+        self.segment_length = segment_length
+        self.tail_length = tail_length
+        self.rng = np.random.default_rng(seed)
+        self.trajectories = [_Trajectory(frame_stack) for _ in envs]
+        self.observations = []
+        for i, (env, traj) in enumerate(zip(envs, self.trajectories)):
+            obs, _ = env.reset(seed=seed + i)
+            traj.start(obs)
+            self.observations.append(obs)
+
+    def step(self, train_step: int, temperature: float) -> tuple[list[Segment], list[EpisodeStats]]:
+        """One decision in every env.  Returns the finished segments and episodes."""
+        config = self.search_config.replace(temperature=temperature)
+        out = run_search(self.inference, np.stack(self.observations), config, self.rng)
+        policies = visit_policy(out.visit_counts, 1.0)  # the stored target is the T = 1 distribution
+        segments, episodes, finals = [], [], []
+        for i, (env, traj) in enumerate(zip(self.envs, self.trajectories)):
+            traj.root_values.append(float(out.root_values[i]))
+            if len(traj.actions) == self.segment_length + self.tail_length:
+                # the value at the tail's last observation is known now: cut a segment
+                segments.append(traj.segment(self.segment_length, traj.root_values[-1]))
+                traj.drop(self.segment_length)
+            action = int(out.actions[i])
+            obs, reward, terminated, truncated, info = env.step(action)
+            traj.actions.append(action)
+            traj.rewards.append(float(reward))
+            traj.policies.append(policies[i])
+            traj.collected_at.append(train_step)
+            traj.frames.append(traj.newest_frame(obs))
+            traj.episode_return += float(reward)
+            traj.length += 1
+            traj.env_frames += int(info.get("env_frames", 1))
+            self.observations[i] = obs
+            if terminated or truncated:
+                finals.append((i, obs, bool(terminated)))
+        if finals:
+            # a truncated episode bootstraps from its final observation: value it once
+            final_values = self.inference.root(np.stack([obs for _, obs, _ in finals])).value
+            for (i, _, terminated), value in zip(finals, final_values):
+                traj = self.trajectories[i]
+                moves = len(traj.actions)
+                segments.append(traj.segment(moves, 0.0 if terminated else float(value), episode_end=True,
+                                             terminated=terminated))
+                episodes.append(EpisodeStats(traj.episode_return, traj.length, traj.env_frames))
+                self.trajectories[i] = _Trajectory(traj.frame_stack)
+                obs, _ = self.envs[i].reset()
+                self.trajectories[i].start(obs)
+                self.observations[i] = obs
+        return segments, episodes

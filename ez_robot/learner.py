@@ -1,0 +1,149 @@
+"""The learner: EfficientZero's loss and one SGD step.
+
+Per sample, with K unroll steps (paper eq. 5 and appendix):
+    L = L_0 + (1/K) sum_{k=1..K} L_k
+    L_u = lambda_1 CE(pi_{t+u}, p_u) + lambda_2 CE(z_{t+u}, v_u)            (u = 0..K)
+        + CE(value prefix_{t+u}, r_u) + lambda_3 (-cos(P(G^u(s)), sg(proj(H(o_{t+u})))))   (u >= 1)
+weighted by the replay's importance-sampling weights.  The gradient entering the
+dynamics is scaled by 0.5 at each step; the gradient norm is clipped to 5.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ez_robot.config import Config
+from ez_robot.inference import effective_search_config
+from ez_robot.networks import scalar_to_support, scale_gradient, support_to_scalar
+from ez_robot.reanalyze import Targets
+from ez_robot.targets import BatchContext
+
+__all__ = ["Learner", "augment"]
+
+
+def augment(obs: torch.Tensor, generator: torch.Generator, max_shift: int = 4) -> torch.Tensor:
+    """Random shift (up to ``max_shift`` px, edge padding) and intensity jitter of uint8
+    frames [N, C, H, W]; the same transform for every frame of one stacked observation."""
+    n, _, height, width = obs.shape
+    padded = F.pad(obs.float(), (max_shift,) * 4, mode="replicate")
+    dx = torch.randint(0, 2 * max_shift + 1, (n,), generator=generator)
+    dy = torch.randint(0, 2 * max_shift + 1, (n,), generator=generator)
+    rows = (dy[:, None] + torch.arange(height)[None, :]).to(obs.device)  # [N, H]
+    cols = (dx[:, None] + torch.arange(width)[None, :]).to(obs.device)  # [N, W]
+    index = torch.arange(n, device=obs.device)[:, None, None]
+    shifted = padded.permute(0, 2, 3, 1)[index, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
+    scale = 1.0 + 0.05 * torch.randn(n, 1, 1, 1, generator=generator).clamp(-2, 2).to(obs.device)
+    return (shifted * scale).clamp(0, 255).round().to(torch.uint8)
+
+
+@dataclass
+class Learner:
+    net: torch.nn.Module
+    config: Config
+    total_train_steps: int
+    device: torch.device
+    train_steps: int = 0
+
+    def __post_init__(self):
+        t = self.config.train
+        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=t.lr, momentum=t.momentum,
+                                         weight_decay=t.weight_decay)
+        self.generator = torch.Generator().manual_seed(self.config.seed)
+        self.lstm_horizon = effective_search_config(self.config.search, self.config.train.value_prefix).lstm_horizon
+
+    def learning_rate(self, step: int) -> float:
+        """Exponential decay from lr to lr_final over the run (the paper: 0.2 -> 0.02)."""
+        t = self.config.train
+        progress = min(step / max(self.total_train_steps, 1), 1.0)
+        return t.lr * (t.lr_final / t.lr) ** progress
+
+    def _observations(self, obs: np.ndarray) -> torch.Tensor:
+        x = torch.as_tensor(obs, device=self.device)
+        if x.dtype == torch.uint8 and x.dim() == 4:  # pixels: augment for the consistency branch
+            x = augment(x, self.generator)
+        return x
+
+    def step(self, context: BatchContext, targets: Targets, weights: np.ndarray) -> tuple[dict, np.ndarray]:
+        """One SGD step.  Returns (metrics, new priorities [B] = |v_0 - z_0|)."""
+        t, net, dev = self.config.train, self.net, self.device
+        K, S = t.unroll_steps, net.support_size
+        net.train()
+        obs = torch.as_tensor(context.observations, device=dev)
+        batch = obs.shape[0]
+        flat = self._observations(obs.reshape((-1,) + obs.shape[2:]))
+        obs = flat.reshape(obs.shape)
+        actions = torch.as_tensor(context.actions, device=dev)
+        value_target = torch.as_tensor(targets.value, device=dev)
+        policy_target = torch.as_tensor(targets.policy, device=dev)
+        vp_target = torch.as_tensor(context.value_prefix_targets, device=dev)
+        mask_policy = torch.as_tensor(context.mask_policy, device=dev)
+        mask_value = torch.as_tensor(context.mask_value, device=dev)
+        mask_vp = torch.as_tensor(context.mask_value_prefix, device=dev)
+        mask_cons = torch.as_tensor(context.mask_consistency, device=dev)
+        w = torch.as_tensor(weights, device=dev)
+
+        def ce(logits, target_probs):
+            return -(target_probs * F.log_softmax(logits, dim=-1)).sum(-1)
+
+        # --- step 0: representation and prediction ---
+        out = net.initial_inference(obs[:, 0])
+        value_0 = support_to_scalar(out.value_logits.detach(), S)
+        value_loss = ce(out.value_logits, scalar_to_support(value_target[:, 0], S)) * mask_value[:, 0]
+        policy_loss = ce(out.policy_logits, policy_target[:, 0]) * mask_policy[:, 0]
+        vp_loss = torch.zeros(batch, device=dev)
+        consistency_loss = torch.zeros(batch, device=dev)
+        unroll_value, unroll_policy = torch.zeros(batch, device=dev), torch.zeros(batch, device=dev)
+
+        # --- unroll the dynamics K steps ---
+        hidden, lstm_state = out.hidden, net.initial_lstm_state(batch, device=dev)
+        if t.consistency:
+            with torch.no_grad():  # stop-gradient on the branch built from real observations
+                targets_proj = net.project(net.initial_inference(
+                    obs[:, 1:].reshape((-1,) + obs.shape[2:])).hidden, with_predictor=False)
+                targets_proj = targets_proj.reshape(batch, K, -1)
+        for k in range(1, K + 1):
+            step = net.recurrent_inference(scale_gradient(hidden, 0.5), lstm_state, actions[:, k - 1])
+            hidden, lstm_state = step.hidden, step.lstm_state
+            if k % self.lstm_horizon == 0:  # the LSTM restarts, as in the search
+                lstm_state = tuple(torch.zeros_like(s) for s in lstm_state)
+            vp_loss = vp_loss + ce(step.value_prefix_logits, scalar_to_support(vp_target[:, k - 1], S)) * mask_vp[:, k - 1]
+            unroll_value = unroll_value + ce(step.value_logits, scalar_to_support(value_target[:, k], S)) * mask_value[:, k]
+            unroll_policy = unroll_policy + ce(step.policy_logits, policy_target[:, k]) * mask_policy[:, k]
+            if t.consistency:
+                predicted = net.project(hidden, with_predictor=True)
+                cosine = F.cosine_similarity(predicted, targets_proj[:, k - 1], dim=-1)
+                consistency_loss = consistency_loss - cosine * mask_cons[:, k - 1]
+
+        per_sample = (t.value_loss_coef * value_loss + t.policy_loss_coef * policy_loss
+                      + (vp_loss + t.value_loss_coef * unroll_value + t.policy_loss_coef * unroll_policy
+                         + t.consistency_loss_coef * consistency_loss) / K)
+        loss = (w * per_sample).mean()
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss at training step {self.train_steps}: {loss.item()}")
+
+        lr = self.learning_rate(self.train_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), t.max_grad_norm)
+        if not torch.isfinite(grad_norm):  # checked before the step: the weights stay good
+            raise FloatingPointError(f"non-finite gradient norm at training step {self.train_steps}")
+        self.optimizer.step()
+        self.train_steps += 1
+
+        priorities = (value_0 - value_target[:, 0]).abs().cpu().numpy() + 1e-6
+        metrics = {
+            "loss": loss.item(),
+            "value_loss": value_loss.mean().item(),
+            "policy_loss": policy_loss.mean().item(),
+            "value_prefix_loss": (vp_loss / K).mean().item(),
+            "consistency_loss": (consistency_loss / K).mean().item(),
+            "grad_norm": float(grad_norm),
+            "lr": lr,
+            "target_value_mean": float(targets.value[:, 0].mean()),
+        }
+        return metrics, priorities

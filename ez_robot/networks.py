@@ -1,0 +1,262 @@
+"""EfficientZero's networks: representation H, dynamics G, value-prefix R, prediction
+(value V, policy P), and the SimSiam projector/predictor of the consistency loss.
+
+Two bodies share one interface:
+- pixels ([C, H, W] uint8): the paper's appendix architecture, a ResNet down to 6x6x64;
+- states ([D] float32): an MLP counterpart (sizes in :class:`ModelConfig`, see
+  :func:`make_network` for why).
+
+``initial_inference`` and ``recurrent_inference`` are the only entry points the search,
+the trainer and the exporter use.  Observation scaling (uint8 / 255) happens inside the
+network so that an exported graph takes raw observations.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ez_robot.config import ModelConfig
+
+__all__ = ["EfficientZeroNet", "InitialOutput", "RecurrentOutput", "make_network", "value_transform",
+           "inverse_value_transform", "scalar_to_support", "support_to_scalar", "scale_gradient"]
+
+EPS = 0.001  # epsilon of the invertible value transform (MuZero appendix)
+
+
+# --- categorical supports -------------------------------------------------------------
+
+def value_transform(x: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """h(x) = sign(x)(sqrt(|x| + 1) - 1) + eps x: squashes large returns for the support."""
+    return torch.sign(x) * (torch.sqrt(torch.abs(x) + 1) - 1) + eps * x
+
+
+def inverse_value_transform(y: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """Closed-form inverse of :func:`value_transform`."""
+    root = (torch.sqrt(1 + 4 * eps * (torch.abs(y) + 1 + eps)) - 1) / (2 * eps)
+    return torch.sign(y) * (root ** 2 - 1)
+
+
+def scalar_to_support(x: torch.Tensor, support_size: int) -> torch.Tensor:
+    """[...] scalars -> [..., 2S + 1] two-hot distributions over the bins -S..S whose mean is
+    h(x) (clipped to the support)."""
+    y = value_transform(x).clamp(-support_size, support_size)
+    low = y.floor()
+    upper_weight = y - low
+    out = torch.zeros(x.shape + (2 * support_size + 1,), dtype=y.dtype, device=y.device)
+    low_index = (low + support_size).long()
+    out.scatter_(-1, low_index.unsqueeze(-1), (1 - upper_weight).unsqueeze(-1))
+    high_index = (low_index + 1).clamp(max=2 * support_size)
+    # at the top edge upper_weight is 0, so adding into the clamped index changes nothing
+    out.scatter_add_(-1, high_index.unsqueeze(-1), upper_weight.unsqueeze(-1))
+    return out
+
+
+def support_to_scalar(logits: torch.Tensor, support_size: int) -> torch.Tensor:
+    """[..., 2S + 1] logits -> [...] scalars: softmax mean over -S..S, then h^-1."""
+    bins = torch.arange(-support_size, support_size + 1, dtype=logits.dtype, device=logits.device)
+    return inverse_value_transform((torch.softmax(logits, dim=-1) * bins).sum(-1))
+
+
+def scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """Identity forward; the backward gradient is multiplied by ``scale``."""
+    return x * scale + x.detach() * (1 - scale)
+
+
+# --- building blocks ------------------------------------------------------------------
+
+def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+
+
+class _ResidualBlock(nn.Module):
+    def __init__(self, channels: int, out_channels: int | None = None, stride: int = 1):
+        super().__init__()
+        out_channels = out_channels or channels
+        self.conv1, self.bn1 = _conv3x3(channels, out_channels, stride), nn.BatchNorm2d(out_channels)
+        self.conv2, self.bn2 = _conv3x3(out_channels, out_channels), nn.BatchNorm2d(out_channels)
+        self.skip = None if stride == 1 and out_channels == channels else \
+            nn.Sequential(_conv3x3(channels, out_channels, stride), nn.BatchNorm2d(out_channels))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.skip is None else self.skip(x)))
+
+
+def _mlp(sizes: list[int], *, last_bn: bool = False, zero_last: bool = False) -> nn.Sequential:
+    """Linear layers with BN + ReLU between them."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers += [nn.BatchNorm1d(b), nn.ReLU()]
+        elif last_bn:
+            layers.append(nn.BatchNorm1d(b))
+    if zero_last:  # stable start: heads predict 0 value and a uniform policy
+        last = [m for m in layers if isinstance(m, nn.Linear)][-1]
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
+    return nn.Sequential(*layers)
+
+
+class _ConvHead(nn.Module):
+    """1x1 conv to reduced planes (BN, ReLU), flatten, MLP."""
+
+    def __init__(self, channels: int, reduced: int, spatial: int, hidden: int, out: int, residual: bool):
+        super().__init__()
+        self.block = _ResidualBlock(channels) if residual else None
+        self.conv, self.bn = nn.Conv2d(channels, reduced, 1), nn.BatchNorm2d(reduced)
+        self.mlp = _mlp([reduced * spatial, hidden, out], zero_last=True)
+
+    def forward(self, x):
+        if self.block is not None:
+            x = self.block(x)
+        return self.mlp(F.relu(self.bn(self.conv(x))).flatten(1))
+
+
+class InitialOutput(NamedTuple):
+    hidden: torch.Tensor          # [B, *hidden_shape]
+    value_logits: torch.Tensor    # [B, 2S + 1]
+    policy_logits: torch.Tensor   # [B, A]
+
+
+class RecurrentOutput(NamedTuple):
+    hidden: torch.Tensor                    # [B, *hidden_shape]
+    lstm_state: tuple                       # (h, c), each [B, lstm_hidden]
+    value_prefix_logits: torch.Tensor       # [B, 2S + 1] (per-step reward without the LSTM)
+    value_logits: torch.Tensor              # [B, 2S + 1]
+    policy_logits: torch.Tensor             # [B, A]
+
+
+# --- the network -------------------------------------------------------------------
+
+class EfficientZeroNet(nn.Module):
+    def __init__(self, obs_shape: tuple, num_actions: int, config: ModelConfig, *, value_prefix: bool = True):
+        super().__init__()
+        self.obs_shape = tuple(obs_shape)
+        self.num_actions = num_actions
+        self.support_size = config.support_size
+        self.lstm_hidden = config.lstm_hidden
+        self.value_prefix = value_prefix
+        self.pixels = len(obs_shape) == 3
+        bins = 2 * config.support_size + 1
+        if self.pixels:
+            self._build_pixels(config, bins)
+        else:
+            self._build_states(config, bins)
+        flat = int(torch.tensor(self.hidden_shape).prod())
+        # SimSiam: projector (3 layers) on every hidden state, predictor (2 layers) on the
+        # dynamics branch only; the branch from the real observation is the stop-gradient target.
+        self.projector = _mlp([flat, config.projection_hidden, config.projection_hidden, config.projection_out],
+                              last_bn=True)
+        self.predictor = _mlp([config.projection_out, config.projection_hidden, config.projection_out])
+
+    def _build_pixels(self, c: ModelConfig, bins: int) -> None:
+        channels, height, width = self.obs_shape
+        ch = c.num_channels
+        self.representation = nn.Sequential(
+            nn.Conv2d(channels, ch // 2, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(ch // 2), nn.ReLU(),
+            _ResidualBlock(ch // 2),
+            _ResidualBlock(ch // 2, ch, stride=2),
+            _ResidualBlock(ch),
+            nn.AvgPool2d(3, stride=2, padding=1),
+            _ResidualBlock(ch),
+            nn.AvgPool2d(3, stride=2, padding=1),
+            _ResidualBlock(ch),
+        )
+        with torch.no_grad():
+            self.hidden_shape = tuple(self.representation(torch.zeros(2, *self.obs_shape)).shape[1:])
+        spatial = self.hidden_shape[1] * self.hidden_shape[2]
+        # Dynamics: the paper's text says stride 2, but the residual link adds the input
+        # state, so the convolution must keep the 6x6 resolution: stride 1.
+        self.dynamics_conv = _conv3x3(ch + 1, ch)
+        self.dynamics_bn = nn.BatchNorm2d(ch)
+        self.dynamics_block = _ResidualBlock(ch)
+        self.reward_conv = nn.Sequential(nn.Conv2d(ch, c.reduced_channels, 1), nn.BatchNorm2d(c.reduced_channels),
+                                         nn.ReLU(), nn.Flatten())
+        reward_in = c.reduced_channels * spatial
+        self.value_head = _ConvHead(ch, c.reduced_channels, spatial, c.head_hidden, bins, residual=True)
+        self.policy_head = _ConvHead(ch, c.reduced_channels, spatial, c.head_hidden, self.num_actions, residual=True)
+        self._build_reward(reward_in, c, bins)
+
+    def _build_states(self, c: ModelConfig, bins: int) -> None:
+        (dims,) = self.obs_shape
+        self.hidden_shape = (c.latent_dim,)
+        self.representation = nn.Sequential(_mlp([dims, c.mlp_hidden, c.latent_dim], last_bn=True), nn.ReLU())
+        self.dynamics_mlp = _mlp([c.latent_dim + self.num_actions, c.mlp_hidden, c.latent_dim], last_bn=True)
+        self.reward_conv = nn.Identity()
+        self.value_head = _mlp([c.latent_dim, c.head_hidden, bins], zero_last=True)
+        self.policy_head = _mlp([c.latent_dim, c.head_hidden, self.num_actions], zero_last=True)
+        self._build_reward(c.latent_dim, c, bins)
+
+    def _build_reward(self, features: int, c: ModelConfig, bins: int) -> None:
+        if self.value_prefix:
+            self.lstm = nn.LSTMCell(features, c.lstm_hidden)
+            self.reward_bn = nn.BatchNorm1d(c.lstm_hidden)
+            self.reward_head = _mlp([c.lstm_hidden, c.head_hidden, bins], zero_last=True)
+        else:  # ablation: a per-step reward from the next state, no recurrence
+            self.reward_head = _mlp([features, c.lstm_hidden, c.head_hidden, bins], zero_last=True)
+
+    # --- entry points ---
+
+    def initial_lstm_state(self, batch: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        zeros = torch.zeros(batch, self.lstm_hidden, device=device)
+        return zeros, zeros.clone()
+
+    def represent(self, obs: torch.Tensor) -> torch.Tensor:
+        """H: observations (uint8 pixels or float states) -> hidden state."""
+        x = obs.float() / 255.0 if self.pixels else obs.float()
+        return self.representation(x)
+
+    def predict(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(value_logits, policy_logits) of a hidden state."""
+        return self.value_head(hidden), self.policy_head(hidden)
+
+    def initial_inference(self, obs: torch.Tensor) -> InitialOutput:
+        hidden = self.represent(obs)
+        return InitialOutput(hidden, *self.predict(hidden))
+
+    def recurrent_inference(self, hidden: torch.Tensor, lstm_state: tuple, action: torch.Tensor) -> RecurrentOutput:
+        next_hidden = self.dynamics(hidden, action)
+        features = self.reward_conv(next_hidden)
+        if self.value_prefix:
+            h, c = self.lstm(features, lstm_state)
+            value_prefix_logits = self.reward_head(F.relu(self.reward_bn(h)))
+            lstm_state = (h, c)
+        else:
+            value_prefix_logits = self.reward_head(features)
+        value_logits, policy_logits = self.predict(next_hidden)
+        return RecurrentOutput(next_hidden, lstm_state, value_prefix_logits, value_logits, policy_logits)
+
+    def dynamics(self, hidden: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """G: (state, action) -> next state, with the extra residual link to the input state."""
+        if self.pixels:
+            plane = (action.float() / self.num_actions)[:, None, None, None].expand(
+                -1, 1, *hidden.shape[2:])
+            x = self.dynamics_bn(self.dynamics_conv(torch.cat([hidden, plane], dim=1)))
+            return self.dynamics_block(F.relu(x + hidden))
+        one_hot = F.one_hot(action.long(), self.num_actions).float()
+        x = self.dynamics_mlp(torch.cat([hidden, one_hot], dim=1))
+        return F.relu(x + hidden)
+
+    def project(self, hidden: torch.Tensor, with_predictor: bool) -> torch.Tensor:
+        """SimSiam projection of hidden states [B, *hidden_shape] -> [B, projection_out]."""
+        z = self.projector(hidden.flatten(1))
+        return self.predictor(z) if with_predictor else z
+
+
+def make_network(obs_shape: tuple, num_actions: int, config: ModelConfig, *, value_prefix: bool = True
+                 ) -> EfficientZeroNet:
+    """Pixel observations ([C, H, W]) get the paper's ResNet; states ([D]) the MLP.
+
+    The MLP sizes (``mlp_hidden`` 256, ``latent_dim`` 128 by default; the DMC-state preset
+    may lower them) keep one dynamics step cheap enough for 50-simulation searches of
+    thousands of roots on a CPU during reanalyze, while giving proprioceptive tasks (5-24
+    features) a latent several times wider than their input.
+    """
+    if len(obs_shape) not in (1, 3):
+        raise ValueError(f"observations must be [D] states or [C, H, W] pixels, got shape {tuple(obs_shape)}")
+    return EfficientZeroNet(obs_shape, num_actions, config, value_prefix=value_prefix)
