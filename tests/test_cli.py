@@ -1,0 +1,54 @@
+"""The command line, run as a user runs it (a subprocess), with tiny budgets."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def ez(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "ez_robot.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_version_and_help():
+    import ez_robot
+
+    out = ez("--version")
+    assert out.returncode == 0 and ez_robot.__version__ in out.stdout
+    out = ez("--help")
+    assert out.returncode == 0 and "train" in out.stdout and "tasks" in out.stdout
+
+
+def test_tasks_filter():
+    out = ez("tasks", "walker_*")
+    assert out.returncode == 0 and out.stdout.split() == ["walker_run", "walker_stand", "walker_walk"]
+    out = ez("tasks", "nothing-like-this")
+    assert out.returncode != 0 and "no task matches" in out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--task", "cartpol_swingup"], "did you mean: cartpole_swingup"),
+    (["--task", "cartpole_swingup", "--budget", "10x"], "bad budget '10x'"),
+    (["--task", "cartpole_swingup", "--set", "train.lrr=1"], "unknown config key 'train.lrr'"),
+    (["--task", "walker_walk"], "Lower env.bins"),
+])
+def test_train_user_errors_are_messages_not_tracebacks(args, message):
+    out = ez("train", *args)
+    assert out.returncode != 0
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_train_smoke(tmp_path):
+    run = tmp_path / "run"
+    out = ez("train", "--task", "gym:CartPole-v1", "--budget", "120", "--run-dir", str(run), "--quiet",
+             "--set", "replay.min_replay_size=60", "--set", "train.batch_size=8", "--set", "search.num_simulations=4",
+             "--set", "train.train_steps_per_agent_step=0.25", "--set", "train.eval_episodes=2")
+    assert out.returncode == 0, out.stderr
+    assert (run / "config.yaml").exists() and (run / "checkpoints" / "latest.pt").exists()
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    kinds = {r["kind"] for r in records}
+    assert {"episode", "eval"} <= kinds
+    assert all("agent_steps" in r and "env_frames" in r for r in records)
+    assert records[-1]["agent_steps"] == 120
