@@ -69,6 +69,9 @@ class Learner:
     def step(self, context: BatchContext, targets: Targets, weights: np.ndarray) -> tuple[dict, np.ndarray]:
         """One SGD step.  Returns (metrics, new priorities [B] = |v_0 - z_0|)."""
         t, net, dev = self.config.train, self.net, self.device
+        if not np.isfinite(targets.value).all():
+            raise FloatingPointError(f"non-finite value target at training step {self.train_steps} "
+                                     "(a search or a stored value returned NaN/inf)")
         K, S = t.unroll_steps, net.support_size
         net.train()
         obs = torch.as_tensor(context.observations, device=dev)

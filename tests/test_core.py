@@ -1,0 +1,164 @@
+"""The learner, reanalyze and the ablation switches on small hand-made data."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from ez_robot.config import load_config
+from ez_robot.inference import TorchInference, effective_search_config, run_search
+from ez_robot.learner import Learner, augment
+from ez_robot.networks import make_network
+from ez_robot.reanalyze import reanalyze
+from ez_robot.replay import ReplayBuffer, Segment
+from ez_robot.targets import prepare_context
+
+STATES, ACTIONS, EPISODE = 4, 2, 8
+
+
+def mdp_segment(rng, collected_at=0):
+    """A deterministic MDP: s -> s + 1 (mod 4); action s % 2 pays 1, the other 0."""
+    states = np.arange(EPISODE + 1) % STATES
+    actions = rng.integers(ACTIONS, size=EPISODE)
+    rewards = (actions == states[:-1] % 2).astype(np.float32)
+    return Segment(frames=np.eye(STATES, dtype=np.float32)[states], actions=actions, rewards=rewards,
+                   root_values=np.zeros(EPISODE + 1, np.float32),
+                   policies=np.full((EPISODE, ACTIONS), 0.5, np.float32),
+                   collected_at=np.full(EPISODE, collected_at), num_own=EPISODE, episode_end=True,
+                   terminated=False)
+
+
+def small_config(*overrides):
+    return load_config("gym:CartPole-v1", overrides=[
+        "model.latent_dim=32", "model.mlp_hidden=64", "model.lstm_hidden=32", "model.head_hidden=32",
+        "model.support_size=10", "model.projection_hidden=32", "model.projection_out=32",
+        "search.num_simulations=8", "train.batch_size=32", "train.lr=0.05", "train.lr_final=0.05",
+        "search.discount=0.9", *overrides])
+
+
+def setup(config, segments=20, seed=0):
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    net = make_network((STATES,), ACTIONS, config.model, value_prefix=config.train.value_prefix)
+    replay = ReplayBuffer(config.replay)
+    for _ in range(segments):
+        replay.add(mdp_segment(rng))
+    return net, replay, rng
+
+
+def batch(config, net, replay, rng, target_net=None):
+    t = config.train
+    search_config = effective_search_config(config.search, t.value_prefix)
+    ref = replay.sample(t.batch_size, 0.4, rng)
+    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.full(t.batch_size, t.td_steps),
+                              discount=search_config.discount, lstm_horizon=search_config.lstm_horizon,
+                              num_actions=ACTIONS, rng=rng)
+    inference = TorchInference((target_net or copy.deepcopy(net)).eval())
+    targets = reanalyze(context, ref.segments, inference, search_config, rng, policy_ratio=t.reanalyze_policy_ratio,
+                        off_policy_correction=t.off_policy_correction)
+    return ref, context, targets
+
+
+def test_fixed_batch_loss_decreases():
+    config = small_config()
+    net, replay, rng = setup(config)
+    ref, context, targets = batch(config, net, replay, rng)
+    learner = Learner(net, config, 1000, torch.device("cpu"))
+    losses = [learner.step(context, targets, ref.weights)[0]["loss"] for _ in range(40)]
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_overfit_mdp_search_picks_optimal_action():
+    config = small_config()
+    net, replay, rng = setup(config, segments=30)
+    learner = Learner(net, config, 300, torch.device("cpu"))
+    target = copy.deepcopy(net)
+    for step in range(300):
+        ref, context, targets = batch(config, net, replay, rng, target_net=target)
+        _, priorities = learner.step(context, targets, ref.weights)
+        replay.update_priorities(ref.segment_ids, ref.positions, priorities)
+        if step % 20 == 0:
+            target.load_state_dict(net.state_dict())
+    search_config = effective_search_config(config.search, True).replace(add_noise=False, temperature=0.0,
+                                                                         num_simulations=16)
+    out = run_search(TorchInference(net.eval()), np.eye(STATES, dtype=np.float32), search_config,
+                     np.random.default_rng(0))
+    np.testing.assert_array_equal(out.actions, np.arange(STATES) % 2)
+
+
+def test_consistency_target_branch_has_no_gradient():
+    config = small_config()
+    net, replay, rng = setup(config)
+    ref, context, targets = batch(config, net, replay, rng)
+    grad_modes = []
+    net.representation.register_forward_hook(lambda *_: grad_modes.append(torch.is_grad_enabled()))
+    Learner(net, config, 100, torch.device("cpu")).step(context, targets, ref.weights)
+    # once with gradients (the online branch at u = 0), once without (the targets o_{t+1..t+K})
+    assert grad_modes == [True, False]
+
+
+def test_ablation_consistency_off():
+    config = small_config("train.consistency=false")
+    net, replay, rng = setup(config)
+    ref, context, targets = batch(config, net, replay, rng)
+    metrics, _ = Learner(net, config, 100, torch.device("cpu")).step(context, targets, ref.weights)
+    assert metrics["consistency_loss"] == 0.0
+    assert all(p.grad is None for p in net.projector.parameters())
+    on = small_config()
+    net_on, replay_on, rng_on = setup(on)
+    r, c, tg = batch(on, net_on, replay_on, rng_on)
+    metrics_on, _ = Learner(net_on, on, 100, torch.device("cpu")).step(c, tg, r.weights)
+    assert metrics_on["consistency_loss"] != 0  # the negative cosine similarity is computed
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in net_on.predictor.parameters())
+
+
+def test_ablation_value_prefix_off():
+    config = small_config("train.value_prefix=false")
+    net, replay, rng = setup(config)
+    assert not hasattr(net, "lstm")
+    assert effective_search_config(config.search, False).lstm_horizon == 1
+    ref, context, targets = batch(config, net, replay, rng)
+    # per-step reward targets instead of running sums
+    rewards = np.array([[s.rewards[p + u] if p + u < s.num_moves else 0.0 for u in range(5)]
+                        for s, p in zip(ref.segments, ref.positions)])
+    np.testing.assert_allclose(context.value_prefix_targets, rewards)
+    metrics, _ = Learner(net, config, 100, torch.device("cpu")).step(context, targets, ref.weights)
+    assert np.isfinite(metrics["loss"])
+
+
+def test_ablation_off_policy_correction_off_uses_stored_values():
+    config = small_config("train.off_policy_correction=false", "train.reanalyze_policy_ratio=0")
+    net, replay, rng = setup(config)
+    for segment in replay.segments:
+        segment.root_values[:] = 7.0
+    ref, context, targets = batch(config, net, replay, rng)
+    assert targets.num_searches == 0  # nothing searched: stale values, stored policies
+    expected = context.value_partial + context.bootstrap_discount * np.where(context.bootstrap_index >= 0, 7.0, 0)
+    np.testing.assert_allclose(targets.value, expected)
+    on = small_config("train.reanalyze_policy_ratio=0")
+    net_on, replay_on, rng_on = setup(on)
+    _, context_on, targets_on = batch(on, net_on, replay_on, rng_on)
+    assert targets_on.num_searches == int((context_on.bootstrap_index >= 0).sum()) > 0
+
+
+def test_non_finite_loss_stops_before_the_weights_change():
+    config = small_config()
+    net, replay, rng = setup(config)
+    ref, context, targets = batch(config, net, replay, rng)
+    targets.value[0, 0] = np.nan
+    before = copy.deepcopy(net.state_dict())
+    with pytest.raises(FloatingPointError, match="non-finite value target"):
+        Learner(net, config, 100, torch.device("cpu")).step(context, targets, ref.weights)
+    for name, value in net.state_dict().items():
+        if "running" not in name and "num_batches" not in name:  # BN statistics move in any forward pass
+            assert torch.equal(value, before[name]), name
+
+
+def test_augment_shifts_and_keeps_dtype():
+    frames = torch.zeros(6, 3, 16, 16, dtype=torch.uint8)
+    frames[:, :, 6:10, 6:10] = 200
+    out = augment(frames, torch.Generator().manual_seed(0))
+    assert out.dtype == torch.uint8 and out.shape == frames.shape
+    centers = [(o[0] > 100).nonzero().float().mean(0) for o in out]
+    assert any((c - torch.tensor([7.5, 7.5])).abs().max() >= 1 for c in centers)  # moved
+    assert all((c - torch.tensor([7.5, 7.5])).abs().max() <= 4 for c in centers)  # by at most 4 px

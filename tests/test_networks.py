@@ -1,0 +1,98 @@
+"""Value transform, supports, and the networks' interface and initialization."""
+import numpy as np
+import pytest
+import torch
+
+from ez_robot.config import ModelConfig
+from ez_robot.networks import (inverse_value_transform, make_network, scalar_to_support, scale_gradient,
+                               support_to_scalar, value_transform)
+
+SMALL = ModelConfig(latent_dim=16, mlp_hidden=32, lstm_hidden=16, head_hidden=16, support_size=20,
+                    projection_hidden=32, projection_out=24)
+
+
+def test_value_transform_round_trip():
+    x = torch.cat([torch.linspace(-1e4, 1e4, 2001), torch.linspace(-3, 3, 601)]).double()
+    np.testing.assert_allclose(inverse_value_transform(value_transform(x)).numpy(), x.numpy(), rtol=1e-6, atol=1e-6)
+    assert value_transform(torch.tensor(0.0)) == 0
+    assert (value_transform(x.sort().values).diff() > 0).all()  # strictly increasing
+
+
+def test_support_round_trip_and_two_hot():
+    x = torch.tensor([-1000.0, -37.5, -1.0, 0.0, 0.3, 2.0, 99.0, 1000.0], dtype=torch.float64)
+    probs = scalar_to_support(x, 300)
+    assert probs.shape == (8, 601)
+    np.testing.assert_allclose(probs.sum(-1).numpy(), 1.0)
+    assert ((probs > 0).sum(-1) <= 2).all()
+    back = support_to_scalar(torch.log(probs + 1e-30), 300)
+    np.testing.assert_allclose(back.numpy(), x.numpy(), rtol=1e-3, atol=1e-3)
+    # beyond the support: clipped to the edge bin
+    edge = scalar_to_support(torch.tensor([1e9, -1e9]), 5)
+    assert edge[0, -1] == 1 and edge[1, 0] == 1
+
+
+@pytest.mark.parametrize("obs_shape", [(12, 96, 96), (9, 84, 84)])
+def test_pixel_model_shapes_and_zero_init(obs_shape):
+    net = make_network(obs_shape, 18, ModelConfig()).eval()
+    obs = torch.randint(0, 256, (2,) + obs_shape, dtype=torch.uint8)
+    with torch.no_grad():
+        out = net.initial_inference(obs)
+        assert out.hidden.shape == (2, 64, 6, 6) and net.hidden_shape == (64, 6, 6)
+        assert out.value_logits.shape == (2, 601) and out.policy_logits.shape == (2, 18)
+        assert (out.policy_logits == 0).all() and support_to_scalar(out.value_logits, 300).abs().max() < 1e-3
+        step = net.recurrent_inference(out.hidden, net.initial_lstm_state(2), torch.tensor([0, 17]))
+        assert step.hidden.shape == (2, 64, 6, 6) and step.lstm_state[0].shape == (2, 512)
+        assert step.value_prefix_logits.shape == (2, 601)
+
+
+def test_mlp_model_unrolls_and_lstm_state_moves():
+    net = make_network((5,), 5, SMALL).eval()
+    with torch.no_grad():
+        out = net.initial_inference(torch.randn(3, 5))
+        hidden, state = out.hidden, net.initial_lstm_state(3)
+        for k in range(7):
+            step = net.recurrent_inference(hidden, state, torch.tensor([0, 2, 4]))
+            assert not torch.equal(step.lstm_state[0], state[0])
+            hidden, state = step.hidden, step.lstm_state
+        assert hidden.shape == (3, 16)
+
+
+def test_without_value_prefix_there_is_no_lstm():
+    net = make_network((5,), 5, SMALL, value_prefix=False).eval()
+    assert not any("lstm" in name for name, _ in net.named_parameters())
+    state = net.initial_lstm_state(2)
+    with torch.no_grad():
+        step = net.recurrent_inference(net.initial_inference(torch.randn(2, 5)).hidden, state, torch.tensor([1, 3]))
+    assert step.lstm_state is state
+
+
+def test_gradient_reaches_representation_and_scale_gradient_halves_it():
+    net = make_network((5,), 5, SMALL).train()
+    torch.nn.init.normal_(net.reward_head[-1].weight)  # zero-initialized heads pass no gradient back yet
+    out = net.initial_inference(torch.randn(4, 5))
+    hidden, state = out.hidden, net.initial_lstm_state(4)
+    for _ in range(3):
+        step = net.recurrent_inference(hidden, state, torch.tensor([0, 1, 2, 3]))
+        hidden, state = step.hidden, step.lstm_state
+    step.value_prefix_logits.sum().backward()
+    first = net.representation[0][0].weight
+    assert first.grad is not None and first.grad.abs().sum() > 0
+
+    x = torch.randn(5, requires_grad=True)
+    y = scale_gradient(x, 0.5)
+    assert torch.equal(y, x)
+    (y * 3).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 1.5)
+
+
+def test_projection_shapes_and_eval_determinism():
+    net = make_network((5,), 5, SMALL).eval()
+    hidden = torch.randn(4, 16)
+    with torch.no_grad():
+        assert net.project(hidden, with_predictor=True).shape == (4, 24)
+        assert torch.equal(net.project(hidden, with_predictor=False), net.project(hidden, with_predictor=False))
+
+
+def test_bad_observation_shape():
+    with pytest.raises(ValueError, match=r"observations must be \[D\] states or \[C, H, W\] pixels"):
+        make_network((4, 4), 3, SMALL)
