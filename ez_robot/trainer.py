@@ -141,6 +141,7 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
 
     bar = _progress(progress, budget_steps)
     start = time.time()
+    diverged = False
     try:
         while counters.agent_steps < budget_steps or counters.train_steps < total_train_steps:
             # --- self-play ---
@@ -182,9 +183,14 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
                 last_eval = {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
                 files.log("eval", counters, **last_eval)
             _advance(bar, counters, budget_steps, start)
+    except FloatingPointError as error:
+        diverged = True  # keep the last good checkpoint: this state is not one
+        files.log("diverged", counters, error=str(error))
+        raise
     finally:
         _close(bar)
-        files.checkpoint(checkpoint_state())
+        if not diverged:  # at the end, and on Ctrl-C or any other error
+            files.checkpoint(checkpoint_state())
         files.metrics.close()
     return {"agent_steps": counters.agent_steps, "env_frames": counters.env_frames,
             "train_steps": counters.train_steps, "episodes": counters.episodes,
