@@ -103,98 +103,118 @@ class _RunFiles:
         return path
 
 
+class _Training:
+    """The objects of one run (actor, replay, learner, reanalyze's target network) and
+    the three things the loop does with them."""
+
+    def __init__(self, config: Config, dev: torch.device, num_envs: int):
+        t = config.train
+        self.config, self.dev, self.num_envs = config, dev, num_envs
+        self.rng = np.random.default_rng(config.seed)
+        self.search_config = effective_search_config(config.search, t.value_prefix)
+        envs = [make_from_config(config.env, seed=config.seed + i, mode="train") for i in range(num_envs)]
+        self.obs_shape, self.num_actions = envs[0].observation_space.shape, int(envs[0].action_space.n)
+        self.net = make_network(self.obs_shape, self.num_actions, config.model, value_prefix=t.value_prefix).to(dev)
+        self.acting_net, self.target_net = copy.deepcopy(self.net).eval(), copy.deepcopy(self.net).eval()
+        self.budget_steps = config.agent_steps_budget
+        self.total_train_steps = max(1, math.ceil(self.budget_steps * t.train_steps_per_agent_step))
+        self.learner = Learner(self.net, config, self.total_train_steps, dev)
+        self.replay = ReplayBuffer(config.replay)
+        self.actor = Actor(envs, TorchInference(self.acting_net, dev), self.search_config,
+                           segment_length=config.replay.segment_length, tail_length=t.unroll_steps + t.td_steps,
+                           frame_stack=config.env.frame_stack if len(self.obs_shape) == 3 else 1, seed=config.seed)
+        self.target_inference = TorchInference(self.target_net, dev)
+        self.counters = Counters()
+
+    def done(self) -> bool:
+        c = self.counters
+        return c.agent_steps >= self.budget_steps and c.train_steps >= self.total_train_steps
+
+    def collect(self, files: "_RunFiles") -> None:
+        """One decision in every env; finished segments go to replay."""
+        c = self.counters
+        if c.agent_steps >= self.budget_steps:
+            if not self.replay.ready():
+                raise RuntimeError(f"the budget ({self.budget_steps} agent steps) is spent but the replay holds "
+                                   f"{len(self.replay)} moves, below replay.min_replay_size "
+                                   f"({self.config.replay.min_replay_size}); lower it or raise the budget")
+            return
+        segments, episodes = self.actor.step(c.train_steps, temperature_at(c.train_steps / self.total_train_steps))
+        for segment in segments:
+            self.replay.add(segment)
+        c.agent_steps += self.num_envs
+        c.env_frames += self.num_envs * self.config.env.action_repeat
+        for ep in episodes:
+            c.episodes += 1
+            c.recent_returns = (c.recent_returns + [ep.episode_return])[-20:]
+            files.log("episode", c, episode_return=ep.episode_return, length=ep.length)
+
+    def learn(self, files: "_RunFiles", checkpoint_interval: int) -> None:
+        """Training steps until the learner is at train_steps_per_agent_step of the actor."""
+        c, t = self.counters, self.config.train
+        due = self.total_train_steps if c.agent_steps >= self.budget_steps else \
+            min(int(c.agent_steps * t.train_steps_per_agent_step), self.total_train_steps)
+        while self.replay.ready() and c.train_steps < due:
+            metrics = _train_step(self.replay, self.learner, self.target_inference, self.search_config, self.config,
+                                  c, self.total_train_steps, self.rng)
+            c.train_steps += 1
+            if c.train_steps % t.selfplay_update_interval == 0:
+                self.acting_net.load_state_dict(self.net.state_dict())
+            if c.train_steps % t.target_update_interval == 0:
+                self.target_net.load_state_dict(self.net.state_dict())
+            if c.train_steps % 50 == 0:
+                files.log("train", c, **metrics)
+            if c.train_steps % checkpoint_interval == 0:
+                files.checkpoint(self.state())
+
+    def evaluate(self, files: "_RunFiles", episodes: int) -> dict:
+        returns = evaluate(self.net, self.config, self.dev, episodes, seed=10_000 + self.config.seed)
+        result = {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
+        files.log("eval", self.counters, **result)
+        return result
+
+    def state(self) -> dict:
+        return {"format": CHECKPOINT_FORMAT, "ez_robot_version": ez_robot.__version__,
+                "torch_version": torch.__version__, "config": config_to_dict(self.config),
+                "obs_shape": tuple(self.obs_shape), "num_actions": self.num_actions,
+                "model": self.net.state_dict(), "target_model": self.target_net.state_dict(),
+                "optimizer": self.learner.optimizer.state_dict(), "counters": dict(self.counters.__dict__),
+                "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
+
+
 def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs: int = 1,
           checkpoint_interval: int = 1000, eval_interval: int | None = None, eval_episodes: int | None = None,
           progress: bool = True) -> dict:
-    """Trains until the budget is spent.  Returns a summary (counters, last evaluation)."""
-    dev = resolve_device(device)
+    """Trains until the budget is spent and the learner has done its training steps;
+    evaluates every ``eval_interval`` agent steps and at the end.  Returns a summary."""
     torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
+    run = _Training(config, resolve_device(device), num_envs)
     files = _RunFiles(Path(run_dir), config)
-    t, K = config.train, config.train.unroll_steps
-    search_config = effective_search_config(config.search, t.value_prefix)
-
-    envs = [make_from_config(config.env, seed=config.seed + i, mode="train") for i in range(num_envs)]
-    obs_shape, num_actions = envs[0].observation_space.shape, int(envs[0].action_space.n)
-    net = make_network(obs_shape, num_actions, config.model, value_prefix=t.value_prefix).to(dev)
-    acting_net, target_net = copy.deepcopy(net).eval(), copy.deepcopy(net).eval()
-    budget_steps = config.agent_steps_budget
-    total_train_steps = max(1, math.ceil(budget_steps * t.train_steps_per_agent_step))
-    learner = Learner(net, config, total_train_steps, dev)
-    replay = ReplayBuffer(config.replay)
-    frame_stack = config.env.frame_stack if len(obs_shape) == 3 else 1
-    actor = Actor(envs, TorchInference(acting_net, dev), search_config, segment_length=config.replay.segment_length,
-                  tail_length=K + t.td_steps, frame_stack=frame_stack, seed=config.seed)
-    target_inference = TorchInference(target_net, dev)
-    counters = Counters()
-    eval_interval = eval_interval or max(budget_steps // 10, 1)
-    next_eval = eval_interval
-    last_eval: dict = {}
-
-    def checkpoint_state() -> dict:
-        return {"format": CHECKPOINT_FORMAT, "ez_robot_version": ez_robot.__version__,
-                "torch_version": torch.__version__, "config": config_to_dict(config),
-                "obs_shape": tuple(obs_shape), "num_actions": num_actions,
-                "model": net.state_dict(), "target_model": target_net.state_dict(),
-                "optimizer": learner.optimizer.state_dict(), "counters": counters.__dict__,
-                "numpy_rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
-
-    bar = _progress(progress, budget_steps)
-    start = time.time()
-    diverged = False
+    eval_interval = eval_interval or max(run.budget_steps // 10, 1)
+    eval_episodes = eval_episodes or config.train.eval_episodes
+    next_eval, last_eval, diverged = eval_interval, {}, False
+    bar, start = _progress(progress, run.budget_steps), time.time()
     try:
-        while counters.agent_steps < budget_steps or counters.train_steps < total_train_steps:
-            # --- self-play ---
-            if counters.agent_steps < budget_steps:
-                temperature = temperature_at(counters.train_steps / total_train_steps)
-                segments, episodes = actor.step(counters.train_steps, temperature)
-                for segment in segments:
-                    replay.add(segment)
-                counters.agent_steps += num_envs
-                counters.env_frames += num_envs * config.env.action_repeat
-                for ep in episodes:
-                    counters.episodes += 1
-                    counters.recent_returns = (counters.recent_returns + [ep.episode_return])[-20:]
-                    files.log("episode", counters, episode_return=ep.episode_return, length=ep.length)
-            elif not replay.ready():
-                raise RuntimeError(f"the budget ({budget_steps} agent steps) is spent but the replay holds "
-                                   f"{len(replay)} moves, below min_replay_size ({config.replay.min_replay_size})")
-
-            # --- learning, at train_steps_per_agent_step ---
-            due = total_train_steps if counters.agent_steps >= budget_steps else \
-                int(counters.agent_steps * t.train_steps_per_agent_step)
-            while replay.ready() and counters.train_steps < min(due, total_train_steps):
-                metrics = _train_step(replay, learner, target_inference, search_config, config, counters,
-                                      total_train_steps, rng)
-                counters.train_steps += 1
-                if counters.train_steps % t.selfplay_update_interval == 0:
-                    acting_net.load_state_dict(net.state_dict())
-                if counters.train_steps % t.target_update_interval == 0:
-                    target_net.load_state_dict(net.state_dict())
-                if counters.train_steps % 50 == 0:
-                    files.log("train", counters, **metrics)
-                if counters.train_steps % checkpoint_interval == 0:
-                    files.checkpoint(checkpoint_state())
-
-            # --- periodic evaluation ---
-            if counters.agent_steps >= next_eval and counters.agent_steps <= budget_steps:
+        while not run.done():
+            run.collect(files)                      # --- self-play ---
+            run.learn(files, checkpoint_interval)   # --- reanalyze + learning ---
+            if run.counters.agent_steps >= next_eval and not run.done():  # --- periodic evaluation ---
                 next_eval += eval_interval
-                returns = evaluate(net, config, dev, eval_episodes or t.eval_episodes, seed=10_000 + config.seed)
-                last_eval = {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
-                files.log("eval", counters, **last_eval)
-            _advance(bar, counters, budget_steps, start)
+                last_eval = run.evaluate(files, eval_episodes)
+            _advance(bar, run.counters, run.budget_steps, start)
+        last_eval = run.evaluate(files, eval_episodes)
     except FloatingPointError as error:
         diverged = True  # keep the last good checkpoint: this state is not one
-        files.log("diverged", counters, error=str(error))
+        files.log("diverged", run.counters, error=str(error))
         raise
     finally:
         _close(bar)
         if not diverged:  # at the end, and on Ctrl-C or any other error
-            files.checkpoint(checkpoint_state())
+            files.checkpoint(run.state())
         files.metrics.close()
-    return {"agent_steps": counters.agent_steps, "env_frames": counters.env_frames,
-            "train_steps": counters.train_steps, "episodes": counters.episodes,
-            "wall_seconds": time.time() - start, "last_eval": last_eval}
+    c = run.counters
+    return {"agent_steps": c.agent_steps, "env_frames": c.env_frames, "train_steps": c.train_steps,
+            "episodes": c.episodes, "wall_seconds": time.time() - start, "last_eval": last_eval}
 
 
 def _train_step(replay, learner, target_inference, search_config, config, counters, total_train_steps, rng):
