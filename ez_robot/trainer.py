@@ -88,12 +88,22 @@ class _RunFiles:
         with open(self.dir / "config.yaml", "w") as f:
             yaml.safe_dump(config_to_dict(config), f, sort_keys=False)
         self.metrics = open(self.dir / "metrics.jsonl", "a")
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.tensorboard = SummaryWriter(str(self.dir / "tensorboard"))
 
     def log(self, kind: str, counters: Counters, **values) -> None:
         record = {"kind": kind, "time": time.time(), "agent_steps": counters.agent_steps,
                   "env_frames": counters.env_frames, "train_steps": counters.train_steps, **values}
         self.metrics.write(json.dumps(record) + "\n")
         self.metrics.flush()
+        for name, value in values.items():  # scalars only, against env frames (the budget's x-axis)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.tensorboard.add_scalar(f"{kind}/{name}", value, counters.env_frames)
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.tensorboard.close()
 
     def checkpoint(self, state: dict, name: str = "latest.pt") -> Path:
         path = self.dir / "checkpoints" / name
@@ -211,7 +221,7 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
         _close(bar)
         if not diverged:  # at the end, and on Ctrl-C or any other error
             files.checkpoint(run.state())
-        files.metrics.close()
+        files.close()
     c = run.counters
     return {"agent_steps": c.agent_steps, "env_frames": c.env_frames, "train_steps": c.train_steps,
             "episodes": c.episodes, "wall_seconds": time.time() - start, "last_eval": last_eval}

@@ -52,3 +52,5 @@ def test_train_smoke(tmp_path):
     assert {"episode", "eval"} <= kinds
     assert all("agent_steps" in r and "env_frames" in r for r in records)
     assert records[-1]["agent_steps"] == 120
+    events = list((run / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 100  # scalars were written, not just the file header
