@@ -23,12 +23,12 @@ from ez_robot.trainer import train
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def run(task, budget, seed, overrides, eval_every, eval_episodes, run_root, num_envs):
+def run(task, budget, seed, overrides, eval_every, eval_episodes, run_root, num_envs, threads):
     config = load_config(task, budget=budget, seed=seed, overrides=overrides)
     run_dir = run_root / f"{task.replace(':', '-')}-seed{seed}"
     start = time.time()
     train(config, run_dir, device="cpu", num_envs=num_envs, eval_interval=eval_every, eval_episodes=eval_episodes,
-          progress=True)
+          progress=True, threads=threads)
     wall = time.time() - start
     evals = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [e for e in evals if e["kind"] == "eval"]
@@ -44,6 +44,7 @@ def main():
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--target", type=float, default=None, help="return that counts as solved")
     parser.add_argument("--envs", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--run-root", type=Path, default=Path("runs/benchmarks"))
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
@@ -60,7 +61,7 @@ def main():
         probe = load_config(args.task, budget=args.budget, overrides=args.overrides)
         eval_every = args.eval_every or max(probe.agent_steps_budget // 20, 1)
         config, evals, wall = run(args.task, args.budget, seed, args.overrides, eval_every, args.eval_episodes,
-                                  args.run_root, args.envs)
+                                  args.run_root, args.envs, args.threads)
         frames = [e["env_frames"] for e in evals]
         means = [e["mean"] for e in evals]
         ax.plot(frames, means, marker=".", label=f"seed {seed}")
