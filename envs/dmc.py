@@ -85,6 +85,11 @@ class DMControlEnv(gym.Env):
         else:
             self.observation_space = gym.spaces.Box(0, 255, (3 * frame_stack, frame_size, frame_size), np.uint8)
 
+    @property
+    def control_period(self) -> float:
+        """Seconds of simulated time between two agent decisions."""
+        return float(self._env.control_timestep()) * self.action_repeat
+
     def continuous_action(self, index: int) -> np.ndarray:
         """The action vector a discrete index stands for."""
         return self.action_table[index]

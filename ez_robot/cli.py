@@ -1,4 +1,6 @@
 """The ``ez-robot`` command line."""
+from pathlib import Path
+
 import click
 
 import ez_robot
@@ -38,8 +40,10 @@ def tasks(pattern):
               help="Environments stepped together by the single-process actor.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override any config key, e.g. --set train.lr=0.1 (repeatable).")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Torch threads per process; more help only large batches on an idle machine.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def train(task, budget, obs, seed, device, run_dir, workers, num_envs, overrides, quiet):
+def train(task, budget, obs, seed, device, run_dir, workers, num_envs, overrides, threads, quiet):
     """Train an EfficientZero agent on TASK."""
     import time
     from pathlib import Path
@@ -62,13 +66,64 @@ def train(task, budget, obs, seed, device, run_dir, workers, num_envs, overrides
     click.echo(f"run directory: {run_dir}  ({config.agent_steps_budget} agent steps = "
                f"{config.env_frames_budget} env frames; budget counts {config.env.budget_unit})")
     try:
-        summary = run_training(config, run_dir, device=device, num_envs=num_envs, progress=not quiet)
+        summary = run_training(config, run_dir, device=device, num_envs=num_envs, progress=not quiet,
+                               threads=threads)
     except ValueError as error:
         raise click.ClickException(str(error)) from None
     except FloatingPointError as error:
         raise click.ClickException(f"training diverged: {error}; the last good checkpoint is in {run_dir}") from None
     click.echo(f"done: {summary['agent_steps']} agent steps, {summary['train_steps']} training steps, "
                f"{summary['wall_seconds']:.0f} s; last evaluation: {summary['last_eval'].get('mean', 'none')}")
+
+
+@main.command("eval")
+@click.argument("run_dir", type=click.Path())
+@click.option("--episodes", type=int, default=None,
+              help="Evaluation episodes (default from the run's config: 32 for Atari, 10 for DMC).")
+@click.option("--checkpoint", type=click.Path(), default=None, help="A checkpoint file (default: the latest).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first episode (then +1 each).")
+@click.option("--video", "video", is_flag=False, flag_value=1, default=0, type=int, metavar="[N]",
+              help="Write mp4 replays of the first N episodes (N=1 when given alone) to RUN_DIR/videos.")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Torch threads.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet):
+    """Evaluate a trained run with greedy search in eval-mode envs; writes RUN_DIR/eval.json."""
+    from ez_robot.evaluation import RunError, evaluate_run
+
+    if episodes is not None and episodes < 1:
+        raise click.UsageError(f"--episodes must be >= 1, got {episodes}")
+    if video < 0:
+        raise click.UsageError(f"--video must be >= 0, got {video}")
+    try:
+        result = evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video,
+                              device=device, progress=not quiet, threads=threads)
+    except (RunError, ValueError) as error:
+        raise click.ClickException(str(error)) from None
+    line = (f"{result['task']}: {result['episodes']} episodes, return {result['mean']:.2f} +- {result['std']:.2f} "
+            f"(min {result['min']:.2f}, max {result['max']:.2f})")
+    if "human_normalized" in result:
+        line += f", human-normalized {result['human_normalized']:.3f}"
+    click.echo(line)
+    for path in result["videos"]:
+        click.echo(f"video: {path}")
+    click.echo(f"wrote {Path(run_dir) / 'eval.json'}")
+
+
+@main.command()
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
+@click.option("-o", "--out", type=click.Path(file_okay=False), default="report", show_default=True,
+              help="Directory for the PNG curves and report.md.")
+def report(run_dirs, out):
+    """Learning curves and result tables for one or more runs (seeds, tasks, Atari games)."""
+    from ez_robot.evaluation import RunError
+    from ez_robot.report import write_report
+
+    try:
+        path = write_report(run_dirs, out)
+    except RunError as error:
+        raise click.ClickException(str(error)) from None
+    click.echo(f"wrote {path} and its curves")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import ez_robot
 from ez_robot.actor import Actor
 from ez_robot.config import Config, config_to_dict
 from ez_robot.envs import make_from_config
-from ez_robot.inference import TorchInference, effective_search_config, run_search
+from ez_robot.evaluation import play
+from ez_robot.inference import TorchInference, effective_search_config
 from ez_robot.learner import Learner
 from ez_robot.networks import make_network
 from ez_robot.reanalyze import reanalyze
@@ -59,23 +60,7 @@ def temperature_at(progress: float) -> float:
 
 def evaluate(net, config: Config, device, episodes: int, seed: int) -> list[float]:
     """Greedy search (no root noise, temperature 0) in eval-mode envs; returns raw returns."""
-    inference = TorchInference(net, device)
-    search_config = effective_search_config(config.search, config.train.value_prefix).replace(
-        add_noise=False, temperature=0.0)
-    envs = [make_from_config(config.env, seed=seed + i, mode="eval") for i in range(episodes)]
-    observations = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
-    returns, done = np.zeros(episodes), np.zeros(episodes, bool)
-    rng = np.random.default_rng(seed)
-    net.eval()
-    while not done.all():
-        live = np.flatnonzero(~done)
-        out = run_search(inference, np.stack([observations[i] for i in live]), search_config, rng)
-        for i, action in zip(live, out.actions):
-            obs, reward, terminated, truncated, _ = envs[i].step(int(action))
-            returns[i] += reward
-            observations[i] = obs
-            done[i] = terminated or truncated
-    return returns.tolist()
+    return play(net, config, device, episodes, seed).returns
 
 
 class _RunFiles:

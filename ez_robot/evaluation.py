@@ -1,0 +1,264 @@
+"""Evaluation of trained runs: greedy-search episodes, scores and replay videos.
+
+:func:`play` runs whole episodes in eval-mode envs (Atari: no life-loss terminal, raw
+game scores; DMC: the full time limit), every episode's decision batched into one
+search, with no root noise and temperature 0.  Training's periodic evaluation and
+``ez-robot eval`` both call it.  :func:`evaluate_run` loads a run directory's checkpoint
+(from the single-process or the Ray trainer: they save the same format), plays, and
+writes ``eval.json`` and, when asked, mp4 replays.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+__all__ = ["RunError", "LoadedRun", "load_run", "play", "evaluate_run", "human_normalized", "atari_reference_scores"]
+
+
+class RunError(Exception):
+    """A run directory or checkpoint that cannot be used (the message says why)."""
+
+
+# --- reference scores ------------------------------------------------------------------
+
+@functools.cache
+def atari_reference_scores() -> dict[str, dict[str, float]]:
+    """``{"random": {game: score}, "human": {game: score}}`` from the paper's table."""
+    text = resources.files("ez_robot.configs").joinpath("atari_scores.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def human_normalized(task: str, score: float) -> float | None:
+    """(score - random) / (human - random) for an Atari 100k game; None for other tasks."""
+    if not task.startswith("atari:"):
+        return None
+    scores, game = atari_reference_scores(), task[len("atari:"):]
+    if game not in scores["human"]:
+        return None
+    low, high = scores["random"][game], scores["human"][game]
+    return (score - low) / (high - low)
+
+
+# --- loading a run ---------------------------------------------------------------------
+
+@dataclass
+class LoadedRun:
+    run_dir: Path
+    checkpoint: Path
+    config: object          # ez_robot.config.Config
+    net: object             # EfficientZeroNet, eval mode, on the requested device
+    counters: dict
+
+
+def load_run(run_dir: str | Path, checkpoint: str | Path | None = None, device="cpu") -> LoadedRun:
+    """The trained network of a run directory (its latest checkpoint, or ``checkpoint``)."""
+    import torch
+
+    from ez_robot.config import ConfigError, config_from_dict
+    from ez_robot.networks import make_network
+    from ez_robot.trainer import CHECKPOINT_FORMAT
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunError(f"{run_dir} is not a directory; give the run directory that `ez-robot train` wrote")
+    path = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "latest.pt"
+    if not path.is_file():
+        found = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt")) if (run_dir / "checkpoints").is_dir() \
+            else []
+        hint = f"; checkpoints there: {', '.join(found)}" if found else "; the run has not saved a checkpoint yet"
+        raise RunError(f"no checkpoint at {path}{hint}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # truncated, not a torch file, pickled with unknown classes...
+        raise RunError(f"checkpoint {path} cannot be read ({type(error).__name__}: {error})") from None
+    if not isinstance(state, dict) or "model" not in state or "config" not in state:
+        raise RunError(f"{path} is not an ez-robot checkpoint (no model or config in it)")
+    if state.get("format") != CHECKPOINT_FORMAT:
+        raise RunError(f"{path} has checkpoint format {state.get('format')!r} (written by ez-robot "
+                       f"{state.get('ez_robot_version', '?')}); this ez-robot reads format {CHECKPOINT_FORMAT}")
+    try:
+        config = config_from_dict(state["config"])
+    except ConfigError as error:
+        raise RunError(f"the config saved in {path} is not valid for this ez-robot: {error}") from None
+    net = make_network(tuple(state["obs_shape"]), int(state["num_actions"]), config.model,
+                       value_prefix=config.train.value_prefix)
+    try:
+        net.load_state_dict(state["model"])
+    except RuntimeError as error:
+        raise RunError(f"the weights in {path} do not fit the network its config describes: {error}") from None
+    return LoadedRun(run_dir, path, config, net.to(device).eval(), dict(state.get("counters", {})))
+
+
+# --- playing episodes ------------------------------------------------------------------
+
+def _screen(env) -> np.ndarray:
+    """The frame a human would watch: the game screen (Atari) or the rendered camera (DMC)."""
+    from ez_robot.envs.dmc import DMControlEnv
+
+    base = env.unwrapped
+    if hasattr(base, "ale"):
+        return base.ale.getScreenRGB()
+    if isinstance(base, DMControlEnv):
+        return base.render()
+    raise RunError(f"{env.spec.id if env.spec else type(base).__name__} has no renderer ez-robot can record; "
+                   "videos need an Atari or a DMControl task")
+
+
+def video_fps(env, config) -> float:
+    """Frames per second of a replay that shows one frame per agent decision in real time."""
+    base = env.unwrapped
+    if hasattr(base, "ale"):
+        return 60.0 / config.env.action_repeat  # the ALE runs at 60 frames per second
+    if hasattr(base, "control_period"):  # DMControlEnv
+        return 1.0 / base.control_period
+    return 30.0
+
+
+@dataclass
+class Episodes:
+    returns: list[float]
+    lengths: list[int]
+    videos: list[Path]
+
+
+def play(net, config, device, episodes: int, seed: int, *, record: int = 0, video_dir: Path | None = None,
+         progress: bool = False) -> Episodes:
+    """``episodes`` eval-mode episodes with greedy search, seeded ``seed, seed + 1, ...``.
+
+    The first ``record`` episodes are written to ``video_dir`` as mp4 while they play
+    (frames stream to the encoder, so an Atari game of 27k steps costs no memory);
+    each file is named after its episode and return when the episode ends.
+    """
+    from ez_robot.envs import make_from_config
+    from ez_robot.inference import TorchInference, effective_search_config, run_search
+
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    inference = TorchInference(net, device)
+    search_config = effective_search_config(config.search, config.train.value_prefix).replace(
+        add_noise=False, temperature=0.0)
+    envs = [make_from_config(config.env, seed=seed + i, mode="eval") for i in range(episodes)]
+    observations = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+    writers = {i: _VideoWriter(video_dir, i, _screen(envs[i]), video_fps(envs[i], config))
+               for i in range(min(record, episodes))}
+    returns, lengths, done = np.zeros(episodes), np.zeros(episodes, int), np.zeros(episodes, bool)
+    videos: list[Path] = []
+    rng = np.random.default_rng(seed)
+    net.eval()
+    bar = _progress_bar(progress, episodes)
+    try:
+        while not done.all():
+            live = np.flatnonzero(~done)
+            out = run_search(inference, np.stack([observations[i] for i in live]), search_config, rng)
+            for i, action in zip(live, out.actions):
+                obs, reward, terminated, truncated, _ = envs[i].step(int(action))
+                returns[i] += reward
+                lengths[i] += 1
+                observations[i] = obs
+                if i in writers:
+                    writers[i].add(_screen(envs[i]))
+                if terminated or truncated:
+                    done[i] = True
+                    if i in writers:
+                        videos.append(writers.pop(i).finish(returns[i]))
+                    if bar is not None:
+                        bar.update(bar.task_ids[0], advance=1)
+    finally:
+        for writer in writers.values():  # interrupted: drop half-written videos
+            writer.abort()
+        for env in envs:
+            env.close()
+        if bar is not None:
+            bar.stop()
+    return Episodes(returns.tolist(), lengths.tolist(), videos)
+
+
+class _VideoWriter:
+    """One episode's mp4 through imageio's ffmpeg plugin (the binary ships in imageio-ffmpeg)."""
+
+    def __init__(self, directory: Path, episode: int, first_frame: np.ndarray, fps: float):
+        import imageio.v2 as imageio
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory, self.episode = directory, episode
+        self.path = directory / f".episode-{episode:03d}.partial.mp4"
+        # macro_block_size=1 keeps odd game sizes (160 px wide is fine, 210 high is not a
+        # multiple of 16) without resizing; yuv420p plays in every browser and player.
+        self.writer = imageio.get_writer(self.path, format="FFMPEG", mode="I", fps=fps, codec="libx264",
+                                         macro_block_size=1, pixelformat="yuv420p", output_params=["-crf", "23"])
+        self.add(first_frame)
+
+    def add(self, frame: np.ndarray) -> None:
+        frame = np.asarray(frame, np.uint8)
+        if frame.shape[0] % 2 or frame.shape[1] % 2:  # yuv420p needs even sides
+            frame = np.pad(frame, ((0, frame.shape[0] % 2), (0, frame.shape[1] % 2), (0, 0)), mode="edge")
+        self.writer.append_data(frame)
+
+    def finish(self, episode_return: float) -> Path:
+        self.writer.close()
+        final = self.directory / f"episode-{self.episode:03d}-return-{episode_return:.1f}.mp4"
+        os.replace(self.path, final)
+        return final
+
+    def abort(self) -> None:
+        self.writer.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _progress_bar(enabled: bool, episodes: int):
+    if not enabled:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("[bold]eval"), BarColumn(), MofNCompleteColumn(), TextColumn("episodes"),
+                   TimeElapsedColumn())
+    bar.start()
+    bar.add_task("eval", total=episodes)
+    return bar
+
+
+# --- ez-robot eval ---------------------------------------------------------------------
+
+def summarize(task: str, returns: list[float]) -> dict:
+    """Mean, std, min, max of raw returns; for Atari 100k games also the human-normalized mean."""
+    r = np.asarray(returns, np.float64)
+    summary = {"episodes": len(r), "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()),
+               "max": float(r.max())}
+    normalized = human_normalized(task, summary["mean"])
+    if normalized is not None:
+        summary["human_normalized"] = normalized
+    return summary
+
+
+def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, checkpoint=None,
+                 video: int = 0, device: str = "auto", progress: bool = True, threads: int = 1) -> dict:
+    """Evaluates a run's checkpoint; writes and returns ``RUN_DIR/eval.json``."""
+    from ez_robot.trainer import resolve_device, set_threads
+
+    set_threads(threads)
+    dev = resolve_device(device)
+    run = load_run(run_dir, checkpoint, dev)
+    episodes = episodes or run.config.train.eval_episodes
+    if video < 0:
+        raise ValueError(f"the number of videos must be >= 0, got {video}")
+    start = time.time()
+    result = play(run.net, run.config, dev, episodes, seed, record=min(video, episodes),
+                  video_dir=run.run_dir / "videos", progress=progress)
+    task = run.config.env.task
+    report = {"task": task, "checkpoint": str(run.checkpoint), "seed": seed,
+              "agent_steps": run.counters.get("agent_steps"), "env_frames": run.counters.get("env_frames"),
+              "train_steps": run.counters.get("train_steps"), **summarize(task, result.returns),
+              "returns": result.returns, "lengths": result.lengths, "videos": [str(v) for v in result.videos],
+              "wall_seconds": time.time() - start}
+    tmp = run.run_dir / "eval.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, run.run_dir / "eval.json")
+    return report

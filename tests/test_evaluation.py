@@ -1,0 +1,173 @@
+"""ez-robot eval and report: on a tiny trained run, through the command line as a user runs it."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from ez_robot.config import load_config
+from ez_robot.evaluation import human_normalized, play
+from ez_robot.networks import make_network
+from ez_robot.report import aggregate_atari, bootstrap_ci, iqm
+from ez_robot.trainer import train
+
+TINY_MODEL = ["model.latent_dim=16", "model.mlp_hidden=32", "model.head_hidden=16", "model.lstm_hidden=16",
+              "model.projection_hidden=32", "model.projection_out=32", "model.support_size=10"]
+TINY_RUN = ["replay.min_replay_size=60", "train.batch_size=8", "search.num_simulations=4",
+            "train.train_steps_per_agent_step=0.25", "train.eval_episodes=2", *TINY_MODEL]
+
+
+def ez(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "ez_robot.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """cartpole_swingup from states: 200 agent steps (1,600 env frames), evaluated every 100."""
+    run_dir = tmp_path_factory.mktemp("runs") / "cartpole"
+    config = load_config("cartpole_swingup", budget="1600", seed=0, overrides=TINY_RUN)
+    train(config, run_dir, device="cpu", eval_interval=100, progress=False)
+    return run_dir
+
+
+def count_frames(path):
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(path, format="FFMPEG")
+    try:
+        frames = [frame.shape for frame in reader]
+    finally:
+        reader.close()
+    return len(frames), frames[0]
+
+
+def test_eval_writes_eval_json(tiny_run):
+    out = ez("eval", str(tiny_run), "--episodes", "3", "--quiet")
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tiny_run / "eval.json").read_text())
+    assert result["task"] == "cartpole_swingup" and result["episodes"] == 3
+    returns = np.array(result["returns"])
+    assert len(returns) == 3 and result["lengths"] == [125] * 3  # 1000 control steps / action repeat 8
+    assert result["mean"] == pytest.approx(returns.mean()) and result["std"] == pytest.approx(returns.std())
+    assert result["min"] == returns.min() and result["max"] == returns.max()
+    assert result["agent_steps"] == 200 and result["env_frames"] == 1600
+    assert "human_normalized" not in result  # DMC has no human reference
+    assert f"return {result['mean']:.2f}" in out.stdout
+
+
+def test_eval_is_seeded(tiny_run):
+    first = ez("eval", str(tiny_run), "--episodes", "2", "--seed", "5", "--quiet")
+    a = json.loads((tiny_run / "eval.json").read_text())["returns"]
+    second = ez("eval", str(tiny_run), "--episodes", "2", "--seed", "5", "--quiet")
+    b = json.loads((tiny_run / "eval.json").read_text())["returns"]
+    assert first.returncode == second.returncode == 0
+    assert a == b
+
+
+def test_eval_video_is_a_readable_mp4_with_one_frame_per_decision(tiny_run):
+    out = ez("eval", str(tiny_run), "--episodes", "2", "--video", "1", "--quiet")
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tiny_run / "eval.json").read_text())
+    videos = sorted((tiny_run / "videos").glob("*.mp4"))
+    assert [str(v) for v in videos] == result["videos"] and len(videos) == 1
+    match = re.fullmatch(r"episode-000-return-(-?[\d.]+)\.mp4", videos[0].name)
+    assert match and float(match.group(1)) == pytest.approx(result["returns"][0], abs=0.051)
+    frames, shape = count_frames(videos[0])
+    assert frames == result["lengths"][0] + 1  # the reset frame, then one per decision
+    assert shape == (240, 320, 3)
+
+
+def test_atari_video_shows_the_game_screen_and_eval_mode_keeps_raw_scores(tmp_path):
+    config = load_config("atari:Pong", overrides=["env.max_episode_frames=240", "search.num_simulations=2",
+                                                  "model.num_channels=8", "model.reduced_channels=2",
+                                                  "model.head_hidden=8", "model.lstm_hidden=8",
+                                                  "model.support_size=5", "model.projection_hidden=8",
+                                                  "model.projection_out=8"])
+    torch.manual_seed(0)
+    net = make_network((12, 96, 96), 6, config.model)
+    result = play(net, config, "cpu", episodes=1, seed=0, record=1, video_dir=tmp_path)
+    # 240 frames cap at frame skip 4 = 60 decisions (the no-op start counts against the cap)
+    assert 1 <= result.lengths[0] <= 60
+    frames, shape = count_frames(result.videos[0])
+    assert frames == result.lengths[0] + 1 and shape == (210, 160, 3)
+    assert float(result.returns[0]).is_integer()  # raw Pong points, not clipped rewards of a life
+
+
+def test_video_of_a_task_without_a_renderer_is_a_clear_error(tmp_path):
+    config = load_config("gym:CartPole-v1", overrides=TINY_MODEL)
+    net = make_network((4,), 2, config.model)
+    with pytest.raises(Exception, match="no renderer"):
+        play(net, config, "cpu", episodes=1, seed=0, record=1, video_dir=tmp_path)
+
+
+def test_human_normalized_scores_against_hand_computed_values():
+    assert human_normalized("atari:Pong", 0.0) == pytest.approx(20.7 / 35.3)
+    assert human_normalized("atari:Breakout", 30.5) == pytest.approx(1.0)
+    assert human_normalized("atari:Breakout", 1.7) == pytest.approx(0.0)
+    assert human_normalized("atari:Pong", 14.6) == pytest.approx(1.0)
+    assert human_normalized("atari:Tennis", 0.0) is None  # not one of the 26 games
+    assert human_normalized("cartpole_swingup", 500.0) is None
+
+
+@pytest.mark.parametrize("setup,message", [
+    ("missing", "is not a directory"),
+    ("empty", "has not saved a checkpoint"),
+    ("corrupt", "cannot be read"),
+    ("not_ours", "not an ez-robot checkpoint"),
+    ("old_format", "checkpoint format"),
+])
+def test_bad_run_directories_are_clear_errors(tmp_path, tiny_run, setup, message):
+    run = tmp_path / "run"
+    if setup != "missing":
+        (run / "checkpoints").mkdir(parents=True)
+    if setup == "corrupt":
+        (run / "checkpoints" / "latest.pt").write_bytes(b"\x80\x04 not a checkpoint")
+    if setup == "not_ours":
+        torch.save({"weights": 1}, run / "checkpoints" / "latest.pt")
+    if setup == "old_format":
+        state = torch.load(tiny_run / "checkpoints" / "latest.pt", weights_only=False)
+        state["format"] = 0
+        torch.save(state, run / "checkpoints" / "latest.pt")
+    out = ez("eval", str(run), "--quiet")
+    assert out.returncode != 0
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_report_writes_curves_and_a_table_across_seeds(tmp_path, tiny_run):
+    other = tmp_path / "cartpole-seed1"
+    shutil.copytree(tiny_run, other)
+    config = yaml.safe_load((other / "config.yaml").read_text())
+    config["seed"] = 1
+    (other / "config.yaml").write_text(yaml.safe_dump(config))
+    (other / "eval.json").unlink(missing_ok=True)
+    out = ez("report", str(tiny_run), str(other), "-o", str(tmp_path / "report"))
+    assert out.returncode == 0, out.stderr
+    table = (tmp_path / "report" / "report.md").read_text()
+    assert "## cartpole_swingup" in table and "| 0 |" in table and "| 1 |" in table
+    assert "Mean final score over 2 seed(s)" in table
+    for name in ("cartpole_swingup-return.png", "cartpole_swingup-losses.png"):
+        data = (tmp_path / "report" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_report_on_a_directory_that_is_not_a_run(tmp_path):
+    out = ez("report", str(tmp_path))
+    assert out.returncode != 0
+    assert "not an ez-robot run directory" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_statistics_against_hand_computed_values():
+    assert iqm([1, 2, 3, 4, 5, 6, 7, 8]) == pytest.approx(4.5)  # mean of 3, 4, 5, 6
+    assert bootstrap_ci([[3.0]], lambda s: s[0].mean()) == (3.0, 3.0, 3.0)
+    point, low, high = bootstrap_ci([[0.0, 10.0, 20.0, 30.0]], lambda s: s[0].mean())
+    assert point == 15.0 and 0.0 <= low < 15.0 < high <= 30.0
+    agg = aggregate_atari({"atari:Pong": [1.0, 3.0], "atari:Boxing": [0.0, 0.0], "atari:Alien": [10.0, 10.0]})
+    assert agg["mean"][0] == pytest.approx((2.0 + 0.0 + 10.0) / 3)
+    assert agg["median"][0] == pytest.approx(2.0)
+    assert agg["iqm"][0] == pytest.approx(np.mean([0.0, 1.0, 3.0, 10.0]))  # pooled [0,0,1,3,10,10]
