@@ -115,3 +115,21 @@ class Actor:
                 self.trajectories[i].start(obs)
                 self.observations[i] = obs
         return segments, episodes
+
+    def flush(self) -> list[Segment]:
+        """The moves of unfinished episodes as segments cut at the current observation
+        (bootstrapping from its value, like a truncation), so that nothing collected is
+        lost when self-play stops mid-episode.  The episodes go on from there."""
+        live = [i for i, traj in enumerate(self.trajectories) if traj.actions]
+        if not live:
+            return []
+        values = self.inference.root(np.stack([self.observations[i] for i in live])).value
+        segments = []
+        for i, value in zip(live, values):
+            traj = self.trajectories[i]
+            segments.append(traj.segment(len(traj.actions), float(value), episode_end=True, terminated=False))
+            fresh = _Trajectory(traj.frame_stack, episode_return=traj.episode_return, length=traj.length,
+                                env_frames=traj.env_frames)
+            fresh.start(self.observations[i])
+            self.trajectories[i] = fresh
+        return segments

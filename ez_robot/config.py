@@ -208,6 +208,13 @@ class Config:
     preset: str = ""
     """The preset file the config was built from (informational)."""
 
+    def __post_init__(self):
+        if self.agent_steps_budget < self.replay.min_replay_size:
+            raise ConfigError(
+                f"the budget ({self.train.budget} {self.env.budget_unit} = {self.agent_steps_budget} agent steps) "
+                f"is below replay.min_replay_size ({self.replay.min_replay_size} moves): training would never "
+                f"start; raise --budget or lower replay.min_replay_size")
+
     @property
     def agent_steps_budget(self) -> int:
         """The budget converted to agent decisions."""

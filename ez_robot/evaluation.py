@@ -32,7 +32,7 @@ class RunError(Exception):
 @functools.cache
 def atari_reference_scores() -> dict[str, dict[str, float]]:
     """``{"random": {game: score}, "human": {game: score}}`` from the paper's table."""
-    text = resources.files("ez_robot.configs").joinpath("atari_scores.yaml").read_text()
+    text = resources.files("ez_robot.configs").joinpath("scores", "atari.yaml").read_text()
     return yaml.safe_load(text)
 
 

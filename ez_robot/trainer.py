@@ -129,15 +129,13 @@ class _Training:
         """One decision in every env; finished segments go to replay."""
         c = self.counters
         if c.agent_steps >= self.budget_steps:
-            if not self.replay.ready():
-                raise RuntimeError(f"the budget ({self.budget_steps} agent steps) is spent but the replay holds "
-                                   f"{len(self.replay)} moves, below replay.min_replay_size "
-                                   f"({self.config.replay.min_replay_size}); lower it or raise the budget")
             return
         segments, episodes = self.actor.step(c.train_steps, temperature_at(c.train_steps / self.total_train_steps))
+        c.agent_steps += self.num_envs
+        if c.agent_steps >= self.budget_steps:  # self-play ends: unfinished episodes go to replay too
+            segments += self.actor.flush()
         for segment in segments:
             self.replay.add(segment)
-        c.agent_steps += self.num_envs
         c.env_frames += self.num_envs * self.config.env.action_repeat
         for ep in episodes:
             c.episodes += 1

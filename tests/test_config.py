@@ -43,9 +43,9 @@ def test_dmc_budget_counts_simulator_steps():
 def test_overrides_and_round_trip():
     c = load_config("cartpole_swingup", obs="pixels", seed=3,
                     overrides=["train.lr=0.1", "search.num_simulations=20", "train.consistency=false",
-                               "env.action_repeat=2", "train.budget=2k", "search.discount=0.99**2"])
+                               "env.action_repeat=2", "train.budget=4k", "search.discount=0.99**2"])
     assert (c.train.lr, c.search.num_simulations, c.train.consistency, c.env.action_repeat) == (0.1, 20, False, 2)
-    assert c.train.budget == 2000 and c.seed == 3 and c.env.obs == "pixels"
+    assert c.train.budget == 4000 and c.seed == 3 and c.env.obs == "pixels"
     assert c.search.discount == pytest.approx(0.9801)
     assert config_from_dict(config_to_dict(c)) == c
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -77,6 +77,12 @@ def test_parse_budget(text, value):
 def test_bad_budgets(text):
     with pytest.raises(ConfigError, match="bad budget"):
         parse_budget(text)
+
+
+def test_a_budget_too_small_to_start_training_is_refused():
+    with pytest.raises(ConfigError, match="below replay.min_replay_size"):
+        load_config("gym:CartPole-v1", budget="500")  # the classic preset starts learning at 1000 moves
+    assert load_config("gym:CartPole-v1", budget="500", overrides=["replay.min_replay_size=500"])
 
 
 def test_every_preset_loads():

@@ -162,3 +162,21 @@ def test_augment_shifts_and_keeps_dtype():
     centers = [(o[0] > 100).nonzero().float().mean(0) for o in out]
     assert any((c - torch.tensor([7.5, 7.5])).abs().max() >= 1 for c in centers)  # moved
     assert all((c - torch.tensor([7.5, 7.5])).abs().max() <= 4 for c in centers)  # by at most 4 px
+
+
+def test_self_play_that_stops_mid_episode_keeps_every_move(tmp_path):
+    """cartpole episodes last 125 decisions: a 100-decision budget ends inside the first
+    one, and its moves must still reach replay (as a truncation that bootstraps)."""
+    from ez_robot.trainer import _RunFiles, _Training
+
+    tiny = ["model.latent_dim=16", "model.mlp_hidden=32", "model.head_hidden=16", "model.lstm_hidden=16",
+            "model.projection_hidden=32", "model.projection_out=32", "model.support_size=10",
+            "search.num_simulations=2", "replay.min_replay_size=100"]
+    config = load_config("cartpole_swingup", budget="800", overrides=tiny)
+    run = _Training(config, torch.device("cpu"), num_envs=2)
+    files = _RunFiles(tmp_path, config)
+    while run.counters.agent_steps < run.budget_steps:
+        run.collect(files)
+    files.close()
+    assert run.counters.agent_steps == 100 and run.counters.episodes == 0
+    assert len(run.replay) == 100 and run.replay.ready()  # 50 decisions in each of the 2 envs
