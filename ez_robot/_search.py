@@ -9,6 +9,7 @@ latent state plus the LSTM's ``(h, c)``), each with the batch on axis 0.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Tuple
 
@@ -96,6 +97,8 @@ class SearchOutput:
     """[B] int32 deepest leaf expanded."""
     mean_depth: np.ndarray
     """[B] float32 mean depth of the expanded leaves."""
+    simulations: np.ndarray
+    """[B] int32 simulations that ran (fewer than asked when a deadline stopped the search)."""
 
 
 RecurrentFn = Callable[[Any, np.ndarray, np.ndarray], Tuple[Any, Any, Any, Any]]
@@ -107,8 +110,14 @@ the caller zeroes that row's LSTM state before stepping it."""
 
 
 def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
-           rng: np.random.Generator) -> SearchOutput:
-    """Runs ``config.num_simulations`` batched simulations from B roots."""
+           rng: np.random.Generator, *, deadline: float | None = None) -> SearchOutput:
+    """Runs ``config.num_simulations`` batched simulations from B roots.
+
+    ``deadline`` (a ``time.perf_counter()`` value) makes the search anytime: no new
+    simulation starts once it has passed, and the output describes the simulations that
+    ran (``simulations``; visit counts sum to it).  With no simulation at all the policy
+    is uniform and the action is the root prior's most likely one.
+    """
     logits = _as_float32(root.policy_logits, "root.policy_logits")
     if logits.ndim != 2:
         raise ValueError(f"root.policy_logits must have shape [B, A], got {logits.shape}")
@@ -125,7 +134,11 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
                logits, noise, config.dirichlet_fraction)
 
     pool = _HiddenPool(root.hidden, config.num_simulations + 1, batch)
+    done = config.num_simulations
     for simulation in range(config.num_simulations):
+        if deadline is not None and time.perf_counter() >= deadline:
+            done = simulation
+            break
         parent_rows, actions, reset_mask = tree.traverse()
         next_hidden, value_prefix, value, step_logits = recurrent_fn(pool.gather(parent_rows), actions, reset_mask)
         pool.put(simulation + 1, next_hidden)
@@ -134,15 +147,20 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
 
     visit_counts = tree.root_visit_counts()
     policy = visit_policy(visit_counts, config.temperature)
+    if done == 0:  # nothing searched (uniform policy): act on the network's prior
+        actions = logits.argmax(axis=1).astype(np.int64)
+    else:
+        actions = _select(policy, visit_counts, config.temperature, rng)
     max_depth, mean_depth = tree.depth_stats()
     return SearchOutput(
         visit_counts=visit_counts,
         root_values=tree.root_values(),
         root_q_values=tree.root_q_values(),
         policy=policy,
-        actions=_select(policy, visit_counts, config.temperature, rng),
+        actions=actions,
         max_depth=max_depth,
         mean_depth=mean_depth,
+        simulations=np.full(batch, done, np.int32),
     )
 
 

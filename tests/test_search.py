@@ -166,3 +166,29 @@ def test_sampled_actions_follow_policy():
     actions = _select(visit_policy(counts, 1.0), counts, 1.0, np.random.default_rng(0))
     freq = np.bincount(actions, minlength=4) / len(actions)
     np.testing.assert_allclose(freq, [0.1, 0.3, 0.0, 0.6], atol=0.015)
+
+
+def test_a_deadline_stops_the_search_early_and_says_how_far_it_got():
+    import time
+
+    model = ElementwiseModel(6, 3)
+    root = model.root(2, 5)
+    config = SearchConfig(num_simulations=50, add_noise=False, temperature=0.0)
+    full = search(root, model, config, np.random.default_rng(0), deadline=time.perf_counter() + 60)
+    assert (full.simulations == 50).all() and (full.visit_counts.sum(axis=1) == 50).all()
+
+    calls = []
+
+    def slow_model(hidden, actions, reset_mask):
+        calls.append(1)
+        time.sleep(0.01)
+        return model(hidden, actions, reset_mask)
+
+    out = search(root, slow_model, config, np.random.default_rng(0), deadline=time.perf_counter() + 0.035)
+    ran = int(out.simulations[0])
+    assert 1 <= ran < 50 and ran == len(calls)
+    np.testing.assert_array_equal(out.visit_counts.sum(axis=1), [ran, ran])
+
+    late = search(root, model, config, np.random.default_rng(0), deadline=time.perf_counter() - 1)
+    assert (late.simulations == 0).all() and (late.visit_counts == 0).all()
+    np.testing.assert_array_equal(late.actions, np.asarray(root.policy_logits).argmax(axis=1))
