@@ -57,7 +57,12 @@ def scalar_to_support(x: torch.Tensor, support_size: int) -> torch.Tensor:
 def support_to_scalar(logits: torch.Tensor, support_size: int) -> torch.Tensor:
     """[..., 2S + 1] logits -> [...] scalars: softmax mean over -S..S, then h^-1."""
     bins = torch.arange(-support_size, support_size + 1, dtype=logits.dtype, device=logits.device)
-    return inverse_value_transform((torch.softmax(logits, dim=-1) * bins).sum(-1))
+    # h^-1 divides a difference of nearly equal square roots by 2 eps = 0.002: in float32
+    # that loses ~1e-4 of absolute precision, so it runs in float64 (on [...] scalars only).
+    # (MPS has no float64; it keeps float32.)
+    mean = (torch.softmax(logits, dim=-1) * bins).sum(-1)
+    wide = torch.float32 if mean.device.type == "mps" else torch.float64
+    return inverse_value_transform(mean.to(wide)).to(logits.dtype)
 
 
 def scale_gradient(x: torch.Tensor, scale: float) -> torch.Tensor:
