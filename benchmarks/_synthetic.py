@@ -1,0 +1,18 @@
+"""Synthetic replay contents for the benchmarks: segments shaped like real ones
+(random frames, actions and policies), so a benchmark needs no self-play first."""
+import numpy as np
+
+from ez_robot.replay import Segment
+
+
+def segment(rng, *, moves, frame_shape, frame_stack, num_actions, dtype, collected_at=0, tail=10):
+    """A 400-move segment (+ tail) of the given frame shape."""
+    total = moves + tail
+    if dtype == np.uint8:
+        frames = rng.integers(0, 256, (frame_stack + total, *frame_shape), dtype=np.uint8)
+    else:
+        frames = rng.normal(size=(frame_stack + total, *frame_shape)).astype(np.float32)
+    policies = rng.dirichlet(np.ones(num_actions), size=total).astype(np.float32)
+    return Segment(frames=frames, actions=rng.integers(0, num_actions, total), rewards=rng.normal(size=total).astype(
+        np.float32), root_values=rng.normal(size=total + 1).astype(np.float32), policies=policies,
+        collected_at=np.full(moves, collected_at), num_own=moves, frame_stack=frame_stack)
