@@ -91,15 +91,15 @@ class _ResidualBlock(nn.Module):
         return F.relu(out + (x if self.skip is None else self.skip(x)))
 
 
-def _mlp(sizes: list[int], *, last_bn: bool = False, zero_last: bool = False) -> nn.Sequential:
-    """Linear layers with BN + ReLU between them."""
+def _mlp(sizes: list[int], *, last_bn: bool = False, zero_last: bool = False, norm=nn.BatchNorm1d) -> nn.Sequential:
+    """Linear layers with a normalization (BN by default) + ReLU between them."""
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(nn.Linear(a, b))
         if i < len(sizes) - 2:
-            layers += [nn.BatchNorm1d(b), nn.ReLU()]
+            layers += [norm(b), nn.ReLU()]
         elif last_bn:
-            layers.append(nn.BatchNorm1d(b))
+            layers.append(norm(b))
     if zero_last:  # stable start: heads predict 0 value and a uniform policy
         last = [m for m in layers if isinstance(m, nn.Linear)][-1]
         nn.init.zeros_(last.weight)
@@ -190,20 +190,27 @@ class EfficientZeroNet(nn.Module):
     def _build_states(self, c: ModelConfig, bins: int) -> None:
         (dims,) = self.obs_shape
         self.hidden_shape = (c.latent_dim,)
-        self.representation = nn.Sequential(_mlp([dims, c.mlp_hidden, c.latent_dim], last_bn=True), nn.ReLU())
-        self.dynamics_mlp = _mlp([c.latent_dim + self.num_actions, c.mlp_hidden, c.latent_dim], last_bn=True)
+        # LayerNorm, not BatchNorm, in the state body: BN's batch statistics wipe out the
+        # action input whenever a batch takes one action (every search expansion of a
+        # bandit-like root does), and its running statistics average over unroll depths
+        # whose hidden states differ, so eval-mode predictions drifted from training.  On
+        # a 4-state MDP the BN model mixed up rewards of the two actions after 300 steps;
+        # LayerNorm has no train/eval difference.  (The pixel ResNet keeps the paper's BN.)
+        ln = nn.LayerNorm
+        self.representation = nn.Sequential(_mlp([dims, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln), nn.ReLU())
+        self.dynamics_mlp = _mlp([c.latent_dim + self.num_actions, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln)
         self.reward_conv = nn.Identity()
-        self.value_head = _mlp([c.latent_dim, c.head_hidden, bins], zero_last=True)
-        self.policy_head = _mlp([c.latent_dim, c.head_hidden, self.num_actions], zero_last=True)
-        self._build_reward(c.latent_dim, c, bins)
+        self.value_head = _mlp([c.latent_dim, c.head_hidden, bins], zero_last=True, norm=ln)
+        self.policy_head = _mlp([c.latent_dim, c.head_hidden, self.num_actions], zero_last=True, norm=ln)
+        self._build_reward(c.latent_dim, c, bins, norm=ln)
 
-    def _build_reward(self, features: int, c: ModelConfig, bins: int) -> None:
+    def _build_reward(self, features: int, c: ModelConfig, bins: int, norm=nn.BatchNorm1d) -> None:
         if self.value_prefix:
             self.lstm = nn.LSTMCell(features, c.lstm_hidden)
-            self.reward_bn = nn.BatchNorm1d(c.lstm_hidden)
-            self.reward_head = _mlp([c.lstm_hidden, c.head_hidden, bins], zero_last=True)
+            self.reward_bn = norm(c.lstm_hidden)
+            self.reward_head = _mlp([c.lstm_hidden, c.head_hidden, bins], zero_last=True, norm=norm)
         else:  # ablation: a per-step reward from the next state, no recurrence
-            self.reward_head = _mlp([features, c.lstm_hidden, c.head_hidden, bins], zero_last=True)
+            self.reward_head = _mlp([features, c.lstm_hidden, c.head_hidden, bins], zero_last=True, norm=norm)
 
     # --- entry points ---
 

@@ -69,7 +69,12 @@ def test_fixed_batch_loss_decreases():
 
 
 def test_overfit_mdp_search_picks_optimal_action():
-    config = small_config()
+    # Consistency off: in this MDP the next observation does not depend on the action
+    # (s -> s + 1 whatever is done) but the reward does.  The consistency loss aligns the
+    # predicted next latent with the next observation's, which here means erasing the
+    # action from the latent the value prefix is read from; with it on, the model learns
+    # the average reward (measured: ~0.7 for both actions after 300 steps).
+    config = small_config("train.consistency=false")
     net, replay, rng = setup(config, segments=30)
     learner = Learner(net, config, 300, torch.device("cpu"))
     target = copy.deepcopy(net)
