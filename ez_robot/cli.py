@@ -126,5 +126,90 @@ def report(run_dirs, out):
     click.echo(f"wrote {path} and its curves")
 
 
+@main.command("export")
+@click.argument("run_dir", type=click.Path())
+@click.option("-o", "--out", type=click.Path(file_okay=False), default=None,
+              help="Bundle directory (default RUN_DIR/bundle).")
+@click.option("--checkpoint", type=click.Path(), default=None, help="A checkpoint file (default: the latest).")
+@click.option("--observations", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Observations recorded from the task to check the bundle against torch on.")
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Torch threads.")
+def export(run_dir, out, checkpoint, observations, threads):
+    """Export a trained run as ONNX networks in a bundle for the onboard runtime, and check
+    the bundle against torch before reporting success."""
+    from ez_robot.evaluation import RunError
+    from ez_robot.export.onnx_export import ExportError, export_run
+    from ez_robot.export.runtime import BundleError
+    from ez_robot.trainer import set_threads
+
+    set_threads(threads)
+    try:
+        manifest = export_run(run_dir, out, checkpoint=checkpoint, observations=observations)
+    except (RunError, ExportError, BundleError, ValueError) as error:
+        raise click.ClickException(str(error)) from None
+    check = manifest["validation"]
+    click.echo(f"checked on {check['observations']} recorded observations: max |onnx - torch| "
+               f"{max(check['max_abs_diff'].values()):.1e} (tolerance {check['atol']:.0e} + {check['rtol']:.0e} x "
+               f"max |torch|); greedy {check['num_simulations']}-simulation actions equal to torch's: "
+               f"{check['actions_equal']}/{check['observations']}")
+    click.echo(f"wrote {Path(out) if out else Path(run_dir) / 'bundle'}")
+
+
+@main.command("run")
+@click.argument("bundle", type=click.Path())
+@click.option("--task", default=None, help="Task to run on (default: the bundle's task).")
+@click.option("--episodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--rate", type=float, default=None, metavar="HZ",
+              help="Decisions per second (default: the task's control rate, from the bundle).")
+@click.option("--simulations", type=click.IntRange(min=0), default=None,
+              help="Simulations per decision (default: the bundle's search config); a decision stops "
+                   "early when its tick runs out.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first episode (then +1 each).")
+@click.option("--video", type=click.Path(dir_okay=False), default=None, help="Write the first episode to this mp4.")
+def run(bundle, task, episodes, rate, simulations, seed, video):
+    """Run an exported BUNDLE at a fixed control rate on onnxruntime (no torch), and report
+    the achieved rate, missed deadlines and returns."""
+    import dataclasses
+
+    from ez_robot import envs
+    from ez_robot.config import ConfigError, config_from_dict
+    from ez_robot.export.controller import VideoRecorder, run_at_rate
+    from ez_robot.export.runtime import BundleError, Policy
+
+    try:
+        policy = Policy.load(bundle, num_simulations=simulations)
+        env_config = config_from_dict(policy.manifest["config"]).env
+        if task is not None:
+            envs.validate_task(task)
+            env_config = dataclasses.replace(env_config, task=task)
+        env = envs.make_from_config(env_config, seed=seed, mode="eval")
+    except (BundleError, ConfigError, ValueError, KeyError) as error:
+        raise click.ClickException(str(error)) from None
+    shape, actions = tuple(env.observation_space.shape), int(env.action_space.n)
+    if (shape, actions) != (policy.observation_shape, policy.num_actions):
+        env.close()
+        raise click.ClickException(f"{env_config.task} does not fit this bundle: it gives observations of shape "
+                                   f"{shape} and {actions} actions, the bundle takes {policy.observation_shape} "
+                                   f"and {policy.num_actions}")
+    period = policy.control_period_s if env_config.task == policy.task else \
+        getattr(env.unwrapped, "control_period", None)
+    rate = rate or (1.0 / period if period else None)
+    if rate is None or rate <= 0:
+        env.close()
+        raise click.UsageError("give --rate HZ (> 0): the bundle does not give this task's control rate")
+    recorder = VideoRecorder(video, fps=rate) if video else None
+    try:
+        report = run_at_rate(policy, env, rate_hz=rate, episodes=episodes, seed=seed, on_step=recorder)
+    except ValueError as error:  # a video of a task without a renderer, say
+        raise click.ClickException(str(error)) from None
+    finally:
+        env.close()
+        if recorder is not None:
+            recorder.close()
+    if recorder is not None:
+        click.echo(f"video: {video}")
+    click.echo(report.summary())
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,119 @@
+"""Onboard runtime benchmark: one greedy 50-simulation decision, onnxruntime vs torch.
+
+    python benchmarks/runtime_bench.py [--seconds 3] [--simulations 50] [--state-only]
+
+For the cartpole_swingup state model (the dmc_state preset's MLP) and an Atari-sized
+pixel model (atari:Pong, 12x96x96 uint8, the paper's ResNet), with fresh weights, each
+exported through the real path (``export_model``: ONNX graphs, manifest, validation):
+
+- the runtime (``Policy.search``: observation checks, initial inference, search) on
+  onnxruntime with the latency preset (1 thread);
+- the same search function driven by ``TorchInference`` (1 torch thread);
+- one bare recurrent onnxruntime call, which bounds what a 50-simulation search costs.
+
+Per-decision latency p50 / p99 and decisions/s (batch / mean latency) at batch 1 and 16.
+The goal: the state model's 50-simulation decision at batch 1 has p99 <= 10 ms and stays
+within 2x of 50 bare recurrent calls.
+"""
+import argparse
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from ez_robot._search import search
+from ez_robot.config import load_config
+from ez_robot.envs import make_from_config
+from ez_robot.export.onnx_export import export_model
+from ez_robot.export.runtime import Policy
+from ez_robot.inference import TorchInference, effective_search_config
+from ez_robot.networks import make_network
+
+
+def timings_ms(fn, seconds: float, min_calls: int = 5, max_calls: int = 2000) -> np.ndarray:
+    fn()  # warm up: first calls allocate and pick kernels
+    fn()
+    times, start = [], time.perf_counter()
+    while (time.perf_counter() - start < seconds or len(times) < min_calls) and len(times) < max_calls:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return np.asarray(times) * 1000.0
+
+
+def bundle_for(task: str, obs: str, directory: Path):
+    config = load_config(task, obs=obs)
+    env = make_from_config(config.env)
+    net = make_network(env.observation_space.shape, env.action_space.n, config.model,
+                       value_prefix=config.train.value_prefix).eval()
+    env.close()
+    export_model(net, config, directory, observations=4)
+    return net, config
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=3.0, help="timing budget per row (at least 5 decisions)")
+    parser.add_argument("--simulations", type=int, default=50)
+    parser.add_argument("--state-only", action="store_true", help="skip the (slow) pixel model")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; torch "
+          f"{torch.__version__} (1 thread), onnxruntime {ort.__version__} (latency preset, 1 thread), "
+          f"{args.simulations} simulations, greedy")
+    models = [("cartpole_swingup state MLP", "cartpole_swingup", "state")]
+    if not args.state_only:
+        models.append(("Atari ResNet (Pong, 12x96x96)", "atari:Pong", "pixels"))
+    rows, bare = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, task, obs in models:
+            net, config = bundle_for(task, obs, Path(tmp) / task.replace(":", "-"))
+            policy = Policy.load(Path(tmp) / task.replace(":", "-"), preset="latency",
+                                 num_simulations=args.simulations)
+            greedy = effective_search_config(config.search, config.train.value_prefix).replace(
+                add_noise=False, temperature=0.0, num_simulations=args.simulations)
+            inference, rng = TorchInference(net, "cpu"), np.random.default_rng(0)
+            for batch in (1, 16):
+                data = np.random.default_rng(batch)
+                if net.pixels:
+                    observations = data.integers(0, 256, (batch, *net.obs_shape), dtype=np.uint8)
+                else:
+                    observations = data.standard_normal((batch, *net.obs_shape)).astype(np.float32)
+                hidden, _, _ = policy.networks.initial(observations)
+                h = np.zeros((batch, net.lstm_hidden), np.float32)
+                actions = data.integers(0, net.num_actions, batch)
+                reset = np.zeros(batch, np.float32)
+                recurrent = timings_ms(lambda: policy.networks.recurrent(hidden, h, h, actions, reset), args.seconds)
+                bare.append((label, batch, recurrent))
+                ort_ms = timings_ms(lambda: policy.search(observations), args.seconds)
+                torch_ms = timings_ms(lambda: search(inference.root(observations), inference.recurrent_fn, greedy,
+                                                     rng), args.seconds)
+                for backend, ms in [("onnxruntime", ort_ms), ("torch", torch_ms)]:
+                    rows.append((label, batch, backend, ms, np.median(ms) / (args.simulations * np.median(recurrent))))
+                    print(f"  {label} B={batch} {backend}: p50 {np.median(ms):.2f} ms ({len(ms)} decisions)",
+                          flush=True)
+
+    print("\n| model | batch | backend | p50 (ms) | p99 (ms) | decisions/s | p50 / (50 bare recurrent) |")
+    print("|---|---|---|---|---|---|---|")
+    for label, batch, backend, ms, ratio in rows:
+        print(f"| {label} | {batch} | {backend} | {np.median(ms):.2f} | {np.percentile(ms, 99):.2f} | "
+              f"{batch * 1000 / ms.mean():,.1f} | {ratio:.2f}x |")
+    print("\n| model | batch | bare recurrent ORT call p50 (ms) | p99 (ms) | x 50 (ms) |")
+    print("|---|---|---|---|---|")
+    for label, batch, ms in bare:
+        print(f"| {label} | {batch} | {np.median(ms):.3f} | {np.percentile(ms, 99):.3f} | "
+              f"{args.simulations * np.median(ms):.2f} |")
+    state = next(r for r in rows if r[1] == 1 and r[2] == "onnxruntime")
+    p99 = np.percentile(state[3], 99)
+    print(f"\ngoal (state model, batch 1): p99 {p99:.2f} ms {'<=' if p99 <= 10 else '>'} 10 ms; "
+          f"p50 is {state[4]:.2f}x of {args.simulations} bare recurrent calls ({'within' if state[4] <= 2 else 'above'}"
+          f" 2x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,289 @@
+"""The onboard runtime: a bundle's ONNX networks on onnxruntime, searched by the same
+:func:`ez_robot.search` that training and evaluation use.
+
+It imports numpy, onnxruntime, the standard library and the compiled tree, never torch,
+so the robot computer needs neither torch nor the training code::
+
+    policy = Policy.load("runs/cartpole/bundle")          # preset="latency" by default
+    action = policy.act(obs)                  # DMC: the continuous action vector; else an index
+    actions = policy.act_batch(observations)  # [B, ...] observations from B robots or envs
+    action = policy.act(obs, deadline_ms=8)   # anytime: stop searching after 8 ms
+    policy.last.simulations                   # [B] how many simulations ran
+
+The search is greedy (no root noise, temperature 0): the action the trained agent
+takes in evaluation.  A bundle is a directory with ``initial.onnx``, ``recurrent.onnx``
+and ``manifest.json`` (written by ``ez-robot export``); loading checks the format
+version and each file's sha256 before onnxruntime sees it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search
+
+__all__ = ["Policy", "Decision", "BundleError", "ObservationError", "BUNDLE_FORMAT", "MANIFEST", "PRESETS"]
+
+BUNDLE_FORMAT = ("ez-robot-bundle", 1)
+"""(name, version) written into every manifest; this runtime reads exactly this version."""
+MANIFEST = "manifest.json"
+PRESETS = ("latency", "throughput")
+_GRAPHS = {
+    "initial.onnx": (["observation"], ["hidden", "value", "policy_logits"]),
+    "recurrent.onnx": (["hidden", "lstm_h", "lstm_c", "action", "reset"],
+                       ["next_hidden", "next_h", "next_c", "value_prefix", "value", "policy_logits"]),
+}
+_REQUIRED = ("format", "format_version", "observation", "hidden", "action", "search", "files")
+
+
+class BundleError(Exception):
+    """A bundle that cannot be used: missing, corrupt, tampered with, or from an
+    incompatible ez-robot (the message says which)."""
+
+
+class ObservationError(ValueError):
+    """An observation of the wrong shape or dtype, or with NaN / infinite values."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One call's decisions for B observations."""
+
+    actions: np.ndarray
+    """[B, d] float64 continuous actions (DMControl) or [B] int64 discrete actions."""
+    indices: np.ndarray
+    """[B] int64 discrete action indices the search chose (rows of the action table)."""
+    simulations: np.ndarray
+    """[B] int32 simulations that ran (fewer than asked when the deadline came first)."""
+    root_values: np.ndarray
+    """[B] float32 searched value of each root."""
+    elapsed_ms: float
+    """Wall time of the call: initial inference plus search."""
+    search: SearchOutput
+    """The full search output (visit counts, Q values, depths)."""
+
+
+def session_options(preset: str = "latency", threads: int | None = None) -> ort.SessionOptions:
+    """onnxruntime settings of a preset.
+
+    ``latency``: one intra-op thread (``threads`` to change), sequential execution, all
+    graph optimizations: each recurrent step of a search is a small graph on a small
+    batch, where thread hand-offs cost more than they save.  ``throughput``: intra-op
+    threads for every core (``threads`` to cap), for large ``act_batch`` calls.
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.inter_op_num_threads = 1
+    options.intra_op_num_threads = threads or (1 if preset == "latency" else os.cpu_count() or 1)
+    options.log_severity_level = 3  # warnings about unused initializers are noise here
+    return options
+
+
+class Networks:
+    """The two graphs as the search's ``root`` and ``recurrent_fn``, on numpy arrays.
+
+    Hidden states in the search are the tuple ``(latent, lstm_h, lstm_c)``.
+    """
+
+    def __init__(self, initial: ort.InferenceSession, recurrent: ort.InferenceSession, lstm_hidden: int):
+        self._initial, self._recurrent, self._lstm_hidden = initial, recurrent, lstm_hidden
+
+    def initial(self, observations: np.ndarray) -> list[np.ndarray]:
+        """observations [B, *obs] -> hidden, value [B], policy_logits [B, A]."""
+        return self._initial.run(None, {"observation": observations})
+
+    def recurrent(self, hidden, lstm_h, lstm_c, action, reset) -> list[np.ndarray]:
+        """-> next_hidden, next_h, next_c, value_prefix [B], value [B], policy_logits [B, A];
+        ``reset`` [B] float32 (1 zeroes that row's LSTM state before the step)."""
+        return self._recurrent.run(None, {"hidden": hidden, "lstm_h": lstm_h, "lstm_c": lstm_c,
+                                          "action": action, "reset": reset})
+
+    def root(self, observations: np.ndarray) -> RootOutput:
+        hidden, value, logits = self.initial(observations)
+        batch = len(observations)
+        h = np.zeros((batch, self._lstm_hidden), np.float32)
+        return RootOutput(hidden=(hidden, h, h.copy()), value_prefix=np.zeros(batch, np.float32),
+                          value=value, policy_logits=logits)
+
+    def recurrent_fn(self, hidden, actions: np.ndarray, reset_mask: np.ndarray):
+        latent, h, c = hidden
+        next_hidden, next_h, next_c, value_prefix, value, logits = self.recurrent(
+            latent, h, c, actions.astype(np.int64), reset_mask.astype(np.float32))
+        return (next_hidden, next_h, next_c), value_prefix, value, logits
+
+
+class Policy:
+    """A loaded bundle: observations in, actions out, by greedy search on onnxruntime."""
+
+    def __init__(self, manifest: dict, networks: Networks, *, num_simulations: int | None = None,
+                 deadline_ms: float | None = None, bundle: Path | None = None):
+        self.manifest = manifest
+        self.networks = networks
+        self.bundle = bundle
+        self.observation_shape = tuple(manifest["observation"]["shape"])
+        self.observation_dtype = np.dtype(manifest["observation"]["dtype"])
+        action = manifest["action"]
+        self.num_actions = int(action["num_actions"])
+        self.continuous = action["kind"] == "continuous"
+        self.action_table = np.asarray(action["table"], np.float64) if self.continuous else None
+        self._search_config = SearchConfig(**manifest["search"]).replace(add_noise=False, temperature=0.0)
+        self.num_simulations = self._search_config.num_simulations if num_simulations is None else num_simulations
+        """Simulations per decision (the trained config's by default)."""
+        self.deadline_ms = deadline_ms
+        """Default time limit of a decision, or None for none."""
+        self.last: Decision | None = None
+        """The latest call's :class:`Decision` (simulations run, root values, timing)."""
+        self._rng = np.random.default_rng(0)  # greedy search draws nothing; search() wants one
+
+    @property
+    def task(self) -> str:
+        return self.manifest.get("task", "")
+
+    @property
+    def control_period_s(self) -> float | None:
+        """Seconds between decisions the policy was trained for (action repeat included)."""
+        return self.manifest.get("control_period_s")
+
+    @classmethod
+    def load(cls, bundle: str | Path, *, preset: str = "latency", threads: int | None = None,
+             num_simulations: int | None = None, deadline_ms: float | None = None) -> "Policy":
+        """Loads and checks a bundle directory (see :func:`session_options` for presets)."""
+        bundle = Path(bundle)
+        manifest = read_manifest(bundle)
+        options = session_options(preset, threads)
+        sessions = {}
+        for name, (inputs, outputs) in _GRAPHS.items():
+            try:
+                session = ort.InferenceSession(str(bundle / name), options, providers=["CPUExecutionProvider"])
+            except Exception as error:  # onnxruntime raises its own exception types
+                raise BundleError(f"onnxruntime cannot load {bundle / name}: {error}") from None
+            names = ([i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()])
+            if names != (inputs, outputs):
+                raise BundleError(f"{bundle / name} has inputs {names[0]} and outputs {names[1]}; "
+                                  f"an ez-robot bundle's have {inputs} and {outputs}")
+            sessions[name] = session
+        try:
+            networks = Networks(sessions["initial.onnx"], sessions["recurrent.onnx"],
+                                int(manifest["hidden"]["lstm_hidden"]))
+            return cls(manifest, networks, num_simulations=num_simulations, deadline_ms=deadline_ms, bundle=bundle)
+        except (KeyError, TypeError) as error:  # a manifest from another ez-robot or edited by hand
+            raise BundleError(f"{bundle / MANIFEST} is not valid for this runtime: {type(error).__name__}: "
+                              f"{error}") from None
+
+    # --- deciding ---
+
+    def act(self, observation: np.ndarray, *, num_simulations: int | None = None,
+            deadline_ms: float | None = None):
+        """One observation -> its action: a float64 vector [d] (DMControl) or an int."""
+        observation = np.asarray(observation)
+        if observation.shape != self.observation_shape:
+            raise ObservationError(f"observation has shape {observation.shape}, this policy takes "
+                                   f"{self.observation_shape} (use act_batch for a batch)")
+        decision = self.decide(observation[None], num_simulations=num_simulations, deadline_ms=deadline_ms)
+        return decision.actions[0] if self.continuous else int(decision.actions[0])
+
+    def act_batch(self, observations: np.ndarray, *, num_simulations: int | None = None,
+                  deadline_ms: float | None = None) -> np.ndarray:
+        """[B, *obs] observations -> [B, d] continuous or [B] discrete actions, searched together."""
+        return self.decide(observations, num_simulations=num_simulations, deadline_ms=deadline_ms).actions
+
+    def decide(self, observations: np.ndarray, *, num_simulations: int | None = None,
+               deadline_ms: float | None = None) -> Decision:
+        """Searches B observations at once; ``deadline_ms`` counts from this call's start."""
+        start = time.perf_counter()
+        deadline_ms = self.deadline_ms if deadline_ms is None else deadline_ms
+        deadline = None if deadline_ms is None else start + deadline_ms / 1000.0
+        out = self.search(observations, num_simulations=num_simulations, deadline=deadline)
+        indices = out.actions
+        actions = self.action_table[indices] if self.continuous else indices
+        self.last = Decision(actions=actions, indices=indices, simulations=out.simulations,
+                             root_values=out.root_values, elapsed_ms=(time.perf_counter() - start) * 1000.0,
+                             search=out)
+        return self.last
+
+    def search(self, observations: np.ndarray, *, num_simulations: int | None = None,
+               deadline: float | None = None) -> SearchOutput:
+        """The greedy search on a checked batch; ``deadline`` is a ``time.perf_counter()`` value."""
+        observations = self.check_observations(observations)
+        n = self.num_simulations if num_simulations is None else num_simulations
+        config = self._search_config if n == self._search_config.num_simulations else \
+            self._search_config.replace(num_simulations=n)
+        return search(self.networks.root(observations), self.networks.recurrent_fn, config, self._rng,
+                      deadline=deadline)
+
+    def check_observations(self, observations) -> np.ndarray:
+        """[B, *obs] in the bundle's dtype, or an :class:`ObservationError` naming the problem.
+
+        States accept any float dtype (cast to float32); pixels must be uint8, because
+        the graph divides by 255 and float pixels already scaled would be read wrong.
+        """
+        observations = np.asarray(observations)
+        if observations.ndim != len(self.observation_shape) + 1 or observations.shape[1:] != self.observation_shape:
+            raise ObservationError(f"observations have shape {observations.shape}, expected [B, "
+                                   f"{', '.join(map(str, self.observation_shape))}]")
+        if len(observations) == 0:
+            raise ObservationError("observations are an empty batch (B = 0)")
+        expected = self.observation_dtype
+        if expected == np.uint8:
+            if observations.dtype != np.uint8:
+                raise ObservationError(f"pixel observations must be uint8 (0-255, scaled inside the network), "
+                                       f"got {observations.dtype}")
+        else:
+            if not np.issubdtype(observations.dtype, np.floating):
+                raise ObservationError(f"state observations must be floating point ({expected}), "
+                                       f"got {observations.dtype}")
+            observations = np.ascontiguousarray(observations, dtype=expected)
+            finite = np.isfinite(observations)
+            if not finite.all():
+                rows = np.flatnonzero(~finite.reshape(len(observations), -1).all(axis=1))
+                raise ObservationError(f"observations contain NaN or infinite values (batch rows {rows.tolist()})")
+        return observations
+
+
+# --- reading a bundle ------------------------------------------------------------------
+
+def read_manifest(bundle: Path) -> dict:
+    """The manifest of a bundle, after checking its format and its files' hashes."""
+    bundle = Path(bundle)
+    if not bundle.is_dir():
+        raise BundleError(f"no bundle at {bundle}: expected the directory `ez-robot export` writes")
+    path = bundle / MANIFEST
+    if not path.is_file():
+        raise BundleError(f"{bundle} has no {MANIFEST}; is it a bundle that `ez-robot export` wrote?")
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise BundleError(f"{path} is corrupt: not valid JSON ({error})") from None
+    if not isinstance(manifest, dict) or any(key not in manifest for key in _REQUIRED):
+        missing = [k for k in _REQUIRED if not isinstance(manifest, dict) or k not in manifest]
+        raise BundleError(f"{path} is not an ez-robot bundle manifest (missing {', '.join(missing)})")
+    name, version = BUNDLE_FORMAT
+    if manifest["format"] != name:
+        raise BundleError(f"{path} has format {manifest['format']!r}, not {name!r}")
+    if manifest["format_version"] != version:
+        raise BundleError(f"{bundle} is bundle format version {manifest['format_version']} (written by "
+                          f"ez-robot {manifest.get('ez_robot_version', '?')}); this runtime reads version "
+                          f"{version}: re-export the run with this ez-robot, or run the matching one")
+    for file in _GRAPHS:
+        expected = manifest["files"].get(file)
+        if expected is None:
+            raise BundleError(f"{path} lists no hash for {file}")
+        if not (bundle / file).is_file():
+            raise BundleError(f"{bundle} is missing {file}")
+        digest = hashlib.sha256((bundle / file).read_bytes()).hexdigest()
+        if digest != expected:
+            raise BundleError(f"{bundle / file} does not match the manifest's sha256 (file {digest[:12]}..., "
+                              f"manifest {expected[:12]}...): the file was changed or damaged after export")
+    return manifest

@@ -1,0 +1,359 @@
+"""Export and the onboard runtime: ONNX bundles of tiny models, searched on onnxruntime.
+
+The networks are tiny and their weights perturbed away from the zero-initialized heads
+(which would make every value and every policy the same), so that a wrong graph would
+change the numbers and the actions."""
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ez_robot
+from ez_robot import search
+from ez_robot.config import config_to_dict, load_config
+from ez_robot.envs import make_from_config
+from ez_robot.envs.dmc import discrete_action_table
+from ez_robot.export import onnx_export
+from ez_robot.export.onnx_export import ExportError, export_model, export_run
+from ez_robot.export.runtime import BUNDLE_FORMAT, BundleError, ObservationError, Policy
+from ez_robot.inference import TorchInference, effective_search_config
+from ez_robot.networks import make_network, support_to_scalar
+from ez_robot.trainer import CHECKPOINT_FORMAT
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_MODEL = ["model.latent_dim=16", "model.mlp_hidden=32", "model.head_hidden=16", "model.lstm_hidden=16",
+              "model.projection_hidden=16", "model.projection_out=16", "model.support_size=10",
+              "model.num_channels=8", "model.reduced_channels=4", "search.num_simulations=12"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # torch's threads spin against a busy second core
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_model(task, obs="state", overrides=()):
+    config = load_config(task, obs=obs, overrides=[*TINY_MODEL, *overrides])
+    env = make_from_config(config.env)
+    shape, actions = env.observation_space.shape, int(env.action_space.n)
+    env.close()
+    torch.manual_seed(0)
+    net = make_network(shape, actions, config.model, value_prefix=config.train.value_prefix)
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.2)
+        for module in net.modules():  # BatchNorm statistics away from (0, 1) too
+            if isinstance(module, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d)):
+                module.running_mean.normal_(0, 0.2)
+                module.running_var.uniform_(0.5, 2.0)
+    return net.eval(), config
+
+
+def save_checkpoint(run_dir, net, config):
+    (run_dir / "checkpoints").mkdir(parents=True)
+    torch.save({"format": CHECKPOINT_FORMAT, "ez_robot_version": ez_robot.__version__,
+                "torch_version": torch.__version__, "config": config_to_dict(config),
+                "obs_shape": tuple(net.obs_shape), "num_actions": net.num_actions, "model": net.state_dict(),
+                "counters": {"agent_steps": 123, "env_frames": 984}},
+               run_dir / "checkpoints" / "latest.pt")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory):
+    """cartpole_swingup from states: a run directory with a checkpoint, exported in process."""
+    net, config = tiny_model("cartpole_swingup")
+    run_dir = save_checkpoint(tmp_path_factory.mktemp("runs") / "cartpole", net, config)
+    manifest = export_run(run_dir, observations=16)
+    return {"net": net, "config": config, "run_dir": run_dir, "bundle": run_dir / "bundle", "manifest": manifest}
+
+
+@pytest.fixture(scope="module")
+def pixels(tmp_path_factory):
+    """atari:Pong from small frames (32x32 RGB, 4 stacked: uint8 [12, 32, 32])."""
+    net, config = tiny_model("atari:Pong", "pixels", ["env.frame_size=32"])
+    bundle = tmp_path_factory.mktemp("pong") / "bundle"
+    return {"net": net, "config": config, "bundle": bundle, "manifest": export_model(net, config, bundle,
+                                                                                     observations=8)}
+
+
+@pytest.fixture(scope="module")
+def no_prefix(tmp_path_factory):
+    """gym:CartPole-v1 with the value-prefix ablation (per-step rewards, no LSTM)."""
+    net, config = tiny_model("gym:CartPole-v1", overrides=["train.value_prefix=false"])
+    bundle = tmp_path_factory.mktemp("cartpole-gym") / "bundle"
+    return {"net": net, "config": config, "bundle": bundle, "manifest": export_model(net, config, bundle,
+                                                                                     observations=8)}
+
+
+def observations_for(net, batch, seed=0):
+    rng = np.random.default_rng(seed)
+    if net.pixels:
+        return rng.integers(0, 256, (batch, *net.obs_shape), dtype=np.uint8)
+    return rng.standard_normal((batch, *net.obs_shape)).astype(np.float32)
+
+
+def torch_greedy_search(net, config, observations):
+    inference = TorchInference(net, "cpu")
+    greedy = effective_search_config(config.search, config.train.value_prefix).replace(add_noise=False,
+                                                                                     temperature=0.0)
+    return search(inference.root(observations), inference.recurrent_fn, greedy, np.random.default_rng(0))
+
+
+# --- the bundle --------------------------------------------------------------------------
+
+def test_export_writes_a_validated_bundle_with_its_manifest(state):
+    bundle, manifest = state["bundle"], state["manifest"]
+    assert sorted(p.name for p in bundle.iterdir()) == ["initial.onnx", "manifest.json", "recurrent.onnx"]
+    assert json.loads((bundle / "manifest.json").read_text()) == manifest
+    assert (manifest["format"], manifest["format_version"]) == BUNDLE_FORMAT
+    assert manifest["ez_robot_version"] == ez_robot.__version__ and manifest["opset"] == onnx_export.OPSET
+    assert manifest["task"] == "cartpole_swingup" and manifest["counters"]["agent_steps"] == 123
+    assert manifest["observation"] == {"shape": [5], "dtype": "float32", "kind": "state"}
+    action = manifest["action"]
+    assert action["kind"] == "continuous" and action["num_actions"] == 5 and action["bins_per_dim"] == 5
+    assert action["low"] == [-1.0] and action["high"] == [1.0]
+    assert action["values_per_dim"] == [[-1.0, -0.5, 0.0, 0.5, 1.0]]
+    np.testing.assert_array_equal(action["table"], discrete_action_table([-1.0], [1.0], 5))
+    assert manifest["action_repeat"] == 8 and manifest["control_period_s"] == pytest.approx(0.08)
+    assert manifest["support_size"] == 10 and manifest["value_prefix"] is True
+    assert manifest["search"]["num_simulations"] == 12 and manifest["search"]["discount"] == 0.99
+    for name in ("initial.onnx", "recurrent.onnx"):
+        assert manifest["files"][name] == hashlib.sha256((bundle / name).read_bytes()).hexdigest()
+    check = manifest["validation"]
+    assert check["observations"] == 16 and check["within_tolerance"]
+    assert max(check["max_abs_diff"].values()) < 1e-4
+    assert check["actions_equal"] == 16 and check["mismatched"] == []
+    assert not list(bundle.parent.glob(".bundle.partial-*"))  # no staging directory left behind
+
+
+@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix"])
+@pytest.mark.parametrize("batch", [1, 7])
+def test_onnx_outputs_match_torch_within_tolerance(case, batch, request):
+    """Both graphs, at a batch size the export never saw, from a used LSTM state."""
+    fixture = request.getfixturevalue(case)
+    net, policy = fixture["net"], Policy.load(fixture["bundle"])
+    rng = np.random.default_rng(batch)
+    obs = observations_for(net, batch, seed=batch)
+    h, c = (rng.standard_normal((batch, net.lstm_hidden)).astype(np.float32) for _ in range(2))
+    actions = rng.integers(0, net.num_actions, batch)
+    reset = (np.arange(batch) % 2).astype(np.float32)
+    with torch.no_grad():
+        init = net.initial_inference(torch.as_tensor(obs))
+        keep = torch.as_tensor(1 - reset)[:, None]
+        lstm = (torch.as_tensor(h) * keep, torch.as_tensor(c) * keep)
+        rec = net.recurrent_inference(init.hidden, lstm, torch.as_tensor(actions))
+    expected = [init.hidden, support_to_scalar(init.value_logits, net.support_size), init.policy_logits,
+                rec.hidden, *rec.lstm_state,
+                support_to_scalar(rec.value_prefix_logits, net.support_size),
+                support_to_scalar(rec.value_logits, net.support_size), rec.policy_logits]
+    hidden, value, logits = policy.networks.initial(obs)
+    got = [hidden, value, logits, *policy.networks.recurrent(hidden, h, c, actions, reset)]
+    for ours, theirs in zip(got, expected):
+        theirs = theirs.numpy()
+        assert ours.shape == theirs.shape and ours.dtype == np.float32
+        assert np.abs(ours - theirs).max() <= onnx_export.ATOL + onnx_export.RTOL * np.abs(theirs).max()
+    assert np.abs(value).max() > 0.01 and np.abs(logits).std() > 0.01  # the check was not on zeros
+
+
+@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix"])
+def test_runtime_picks_the_torch_search_actions(case, request):
+    fixture = request.getfixturevalue(case)
+    net, config = fixture["net"], fixture["config"]
+    policy = Policy.load(fixture["bundle"])
+    obs = observations_for(net, 12, seed=1)
+    reference = torch_greedy_search(net, config, obs)
+    expected = reference.actions
+    decision = policy.decide(obs)
+    np.testing.assert_array_equal(decision.indices, expected)
+    np.testing.assert_array_equal(decision.search.visit_counts, reference.visit_counts)
+    np.testing.assert_allclose(decision.root_values, reference.root_values, rtol=1e-4, atol=1e-4)
+    assert (decision.simulations == 12).all()
+    assert len(np.unique(decision.root_values)) == len(obs)  # not a comparison of constants
+    if policy.continuous:  # DMC: the vectors of the chosen bins
+        table = np.asarray(fixture["manifest"]["action"]["table"])
+        np.testing.assert_array_equal(policy.act_batch(obs), table[expected])
+        single = policy.act(obs[3])
+        assert single.shape == (1,) and single.dtype == np.float64 and single[0] == table[expected[3]][0]
+    else:
+        np.testing.assert_array_equal(policy.act_batch(obs), expected)
+        assert policy.act(obs[3]) == expected[3] and isinstance(policy.act(obs[3]), int)
+
+
+def test_a_batch_decides_as_each_observation_alone(state):
+    policy = Policy.load(state["bundle"], preset="throughput")
+    obs = observations_for(state["net"], 6, seed=2)
+    alone = [policy.decide(o[None]).indices[0] for o in obs]
+    np.testing.assert_array_equal(policy.decide(obs).indices, alone)
+
+
+def test_the_runtime_never_imports_torch(state):
+    code = (f"import sys, numpy as np\n"
+            f"from ez_robot.export.runtime import Policy\n"
+            f"from ez_robot.export.controller import run_at_rate\n"
+            f"policy = Policy.load({str(state['bundle'])!r})\n"
+            f"action = policy.act(np.zeros(5, np.float32), deadline_ms=50)\n"
+            f"assert action.shape == (1,), action\n"
+            f"loaded = sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.'))\n"
+            f"assert not loaded, loaded\n"
+            f"print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# --- anytime search ----------------------------------------------------------------------
+
+def test_a_deadline_returns_the_best_action_so_far_and_says_how_far_it_got(state):
+    policy = Policy.load(state["bundle"])
+    obs = observations_for(state["net"], 3, seed=3)
+    full = policy.decide(obs, deadline_ms=10_000)
+    assert (full.simulations == 12).all()
+
+    none = policy.decide(obs, deadline_ms=0)
+    assert (none.simulations == 0).all() and (none.search.visit_counts == 0).all()
+    _, _, logits = policy.networks.initial(obs)
+    np.testing.assert_array_equal(none.indices, logits.argmax(axis=1))  # the prior's choice
+
+    step = policy.networks.recurrent_fn
+
+    def slow_recurrent_fn(*args):
+        time.sleep(0.005)
+        return step(*args)
+
+    policy.networks.recurrent_fn = slow_recurrent_fn
+    partial = policy.decide(obs, num_simulations=50, deadline_ms=30)
+    ran = int(partial.simulations[0])
+    assert 1 <= ran < 50 and policy.last is partial
+    np.testing.assert_array_equal(partial.search.visit_counts.sum(axis=1), [ran] * 3)
+    assert partial.indices.tolist() == partial.search.visit_counts.argmax(axis=1).tolist()
+    assert partial.elapsed_ms < 30 + 25  # the simulation running at the deadline finishes
+
+
+# --- errors ------------------------------------------------------------------------------
+
+def test_bad_observations_are_named(state, pixels):
+    policy = Policy.load(state["bundle"])
+    with pytest.raises(ObservationError, match=r"shape \(4,\), this policy takes \(5,\)"):
+        policy.act(np.zeros(4, np.float32))
+    with pytest.raises(ObservationError, match=r"shape \(5,\), expected \[B, 5\]"):
+        policy.act_batch(np.zeros(5, np.float32))
+    with pytest.raises(ObservationError, match="empty batch"):
+        policy.act_batch(np.zeros((0, 5), np.float32))
+    with pytest.raises(ObservationError, match="must be floating point"):
+        policy.act(np.zeros(5, np.int64))
+    with pytest.raises(ObservationError, match=r"NaN or infinite values \(batch rows \[1\]\)"):
+        policy.act_batch(np.array([[0, 0, 0, 0, 0], [0, np.nan, 0, 0, 0]], np.float32))
+    with pytest.raises(ObservationError, match="NaN or infinite"):
+        policy.act(np.array([0, 0, np.inf, 0, 0]))
+    assert policy.act(np.zeros(5, np.float64)).shape == (1,)  # float64 sensors are fine
+
+    pixel_policy = Policy.load(pixels["bundle"])
+    with pytest.raises(ObservationError, match="pixel observations must be uint8"):
+        pixel_policy.act(np.zeros(pixels["net"].obs_shape, np.float32))
+
+
+def corrupt(bundle, tmp_path, change):
+    broken = tmp_path / "broken"
+    shutil.copytree(bundle, broken)
+    change(broken)
+    return broken
+
+
+def edit_manifest(**fields):
+    def change(bundle):
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        manifest.update(fields)
+        (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return change
+
+
+def flip_a_byte(bundle):
+    data = bytearray((bundle / "recurrent.onnx").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (bundle / "recurrent.onnx").write_bytes(bytes(data))
+
+
+def garbage_with_its_hash(bundle):
+    (bundle / "initial.onnx").write_bytes(b"not an onnx graph")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["files"]["initial.onnx"] = hashlib.sha256(b"not an onnx graph").hexdigest()
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda b: shutil.rmtree(b), "no bundle at"),
+    (lambda b: (b / "manifest.json").unlink(), "has no manifest.json"),
+    (lambda b: (b / "manifest.json").write_text("{\"format\": "), "corrupt: not valid JSON"),
+    (lambda b: (b / "manifest.json").write_text("[]"), "not an ez-robot bundle manifest"),
+    (lambda b: (b / "recurrent.onnx").unlink(), "is missing recurrent.onnx"),
+    (flip_a_byte, "does not match the manifest's sha256"),
+    (edit_manifest(format_version=2), "bundle format version 2 .* this runtime reads version 1"),
+    (edit_manifest(format="something-else"), "has format 'something-else'"),
+    (garbage_with_its_hash, "onnxruntime cannot load .*initial.onnx"),
+    (edit_manifest(search={"num_simulations": 5, "c3": 1.0}), "not valid for this runtime: TypeError"),
+])
+def test_unusable_bundles_are_named(state, tmp_path, change, message):
+    with pytest.raises(BundleError, match=message):
+        Policy.load(corrupt(state["bundle"], tmp_path, change))
+
+
+def test_unknown_preset(state):
+    with pytest.raises(ValueError, match="preset must be one of latency, throughput"):
+        Policy.load(state["bundle"], preset="fast")
+
+
+def test_a_failed_check_writes_no_bundle(state, tmp_path, monkeypatch):
+    monkeypatch.setattr(onnx_export, "ATOL", -1.0)  # every output now "differs"
+    with pytest.raises(ExportError, match="ONNX outputs differ from torch .* the bundle was not written"):
+        export_model(state["net"], state["config"], tmp_path / "bundle", observations=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- command line and example --------------------------------------------------------------
+
+def ez(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "ez_robot.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_export_then_run(state, tmp_path):
+    bundle = tmp_path / "exported"
+    out = ez("export", str(state["run_dir"]), "-o", str(bundle), "--observations", "4")
+    assert out.returncode == 0, out.stderr
+    assert "greedy 12-simulation actions equal to torch's: 4/4" in out.stdout and f"wrote {bundle}" in out.stdout
+    assert json.loads((bundle / "manifest.json").read_text())["files"] == state["manifest"]["files"]
+
+    out = ez("run", str(bundle), "--rate", "500", "--simulations", "4")
+    assert out.returncode == 0, out.stderr
+    assert "1 episode(s), mean return" in out.stdout and "125 decisions at" in out.stdout
+    assert "missed deadline(s)" in out.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["export", "no-such-run"], "no-such-run is not a directory"),
+    (["run", "no-such-bundle"], "no bundle at no-such-bundle"),
+    (["run", "{bundle}", "--task", "cartpol_swingup"], "did you mean: cartpole_swingup"),
+    (["run", "{bundle}", "--task", "reacher_easy"],
+     "reacher_easy does not fit this bundle: it gives observations of shape (6,) and 25 actions, the bundle takes "
+     "(5,) and 5"),
+])
+def test_cli_user_errors_are_messages_not_tracebacks(state, args, message):
+    out = ez(*[a.format(bundle=state["bundle"]) for a in args])
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert message in out.stderr
+
+
+def test_controller_loop_example(state):
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "controller_loop.py"), str(state["bundle"]),
+                          "--rate", "500"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "episode 0: return" in out.stdout and "missed deadlines:" in out.stdout and "achieved" in out.stdout
