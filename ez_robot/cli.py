@@ -26,7 +26,7 @@ def tasks(pattern):
 
 
 @main.command()
-@click.option("--task", required=True, help="Task name (see `ez-robot tasks`), e.g. cartpole_swingup or atari:Pong.")
+@click.option("--task", default=None, help="Task name (see `ez-robot tasks`), e.g. cartpole_swingup or atari:Pong.")
 @click.option("--budget", default=None, help="Run length with a k/M suffix (Atari: agent steps; DMC: env steps).")
 @click.option("--obs", type=click.Choice(["state", "pixels"]), default="state", show_default=True,
               help="Observation kind for DMControl tasks.")
@@ -34,46 +34,118 @@ def tasks(pattern):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None,
               help="Run directory (default runs/<task>-<timestamp>).")
-@click.option("--workers", type=int, default=0, show_default=True,
-              help="Self-play workers; 0 runs everything in one process.")
-@click.option("--envs", "num_envs", type=int, default=1, show_default=True,
-              help="Environments stepped together by the single-process actor.")
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None, metavar="RUN_DIR",
+              help="Continue the run in RUN_DIR from its checkpoint: counters, schedules and logs go on; "
+                   "a larger --budget extends a finished run.")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Self-play worker processes on Ray; 0 runs everything in one process, without Ray.")
+@click.option("--reanalyze-workers", type=click.IntRange(min=0), default=None,
+              help="Ray: reanalyze worker processes (default: one per CPU, at most 8); 0 reanalyzes in the "
+                   "learner's process.")
+@click.option("--address", default=None, metavar="ADDR",
+              help="Ray: join a cluster (auto, or ray://host:10001); default: an embedded local Ray.")
+@click.option("--gpus", type=click.FloatRange(min=0), default=None,
+              help="Ray: GPUs shared by the learner and reanalyze inference (default: all that torch sees, "
+                   "none with --device cpu).")
+@click.option("--envs", "num_envs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Environments stepped together by each actor (batched search).")
+@click.option("--checkpoint-interval", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Training steps between checkpoints (one is also written at exit, Ctrl-C included).")
+@click.option("--replay-checkpoint/--no-replay-checkpoint", default=True, show_default=True,
+              help="Keep the replay buffer with the checkpoints (compressed, each segment written once), so "
+                   "that a resumed run goes on with its data.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override any config key, e.g. --set train.lr=0.1 (repeatable).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Torch threads per process; more help only large batches on an idle machine.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def train(task, budget, obs, seed, device, run_dir, workers, num_envs, overrides, threads, quiet):
-    """Train an EfficientZero agent on TASK."""
+def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanalyze_workers, address, gpus, num_envs,
+          checkpoint_interval, replay_checkpoint, overrides, threads, quiet):
+    """Train an EfficientZero agent on TASK, or resume a run (--resume RUN_DIR)."""
     import time
     from pathlib import Path
 
-    from ez_robot import envs
-    from ez_robot.config import ConfigError, load_config
+    from click.core import ParameterSource
 
+    from ez_robot import envs
+    from ez_robot.checkpoint import CheckpointError, checkpoint_path, read_checkpoint
+    from ez_robot.config import ConfigError, load_config
+    from ez_robot.trainer import check_resumable
+
+    given = [name for name in ("address", "gpus", "reanalyze_workers")
+             if click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT]
+    if workers == 0 and given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} is for the Ray trainer; add --workers N (N >= 1)")
+    state = None
     try:
-        envs.validate_task(task)
-        config = load_config(task, obs=obs, budget=budget, seed=seed, overrides=overrides)
+        if resume_dir is not None:
+            state = read_checkpoint(resume_dir)
+            config = _resume_config(state, task, obs, seed, run_dir, resume_dir, budget, overrides)
+            check_resumable(config, state)
+            run_dir = Path(resume_dir)
+        else:
+            if task is None:
+                raise click.UsageError("give --task (or --resume RUN_DIR to continue a run)")
+            envs.validate_task(task)
+            config = load_config(task, obs=obs, budget=budget, seed=seed, overrides=overrides)
+            run_dir = Path(run_dir or f"runs/{task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}")
+            if checkpoint_path(run_dir).exists():
+                raise click.UsageError(f"{run_dir} already holds a run; continue it with --resume {run_dir}, "
+                                       "or give another --run-dir")
     except (ConfigError, envs.UnknownTaskError) as error:
         raise click.UsageError(str(error)) from None
-    if workers != 0:
-        raise click.UsageError("--workers N (the Ray trainer) is not available yet; use --workers 0")
-    if num_envs < 1:
-        raise click.UsageError(f"--envs must be >= 1, got {num_envs}")
-    from ez_robot.trainer import train as run_training
+    except CheckpointError as error:
+        raise click.ClickException(str(error)) from None
+    options = dict(device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval, progress=not quiet,
+                   threads=threads, resume=state, replay_checkpoint=replay_checkpoint)
+    errors: tuple = (ValueError, CheckpointError)
+    if workers == 0:
+        from ez_robot.trainer import train as run_training
+    else:
+        from ez_robot.ray_trainer import EnvironmentFailed, TrainingAborted, train as run_training
 
-    run_dir = Path(run_dir or f"runs/{task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}")
-    click.echo(f"run directory: {run_dir}  ({config.agent_steps_budget} agent steps = "
-               f"{config.env_frames_budget} env frames; budget counts {config.env.budget_unit})")
+        options.update(workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus)
+        errors += (EnvironmentFailed, TrainingAborted)
+    if state is None:
+        click.echo(f"run directory: {run_dir}  ({config.agent_steps_budget} agent steps = "
+                   f"{config.env_frames_budget} env frames; budget counts {config.env.budget_unit})")
+    else:
+        c = state["counters"]
+        click.echo(f"resuming {run_dir} at {c['agent_steps']} agent steps and {c['train_steps']} training steps "
+                   f"(budget {config.agent_steps_budget} agent steps)")
     try:
-        summary = run_training(config, run_dir, device=device, num_envs=num_envs, progress=not quiet,
-                               threads=threads)
-    except ValueError as error:
+        summary = run_training(config, run_dir, **options)
+    except errors as error:
         raise click.ClickException(str(error)) from None
     except FloatingPointError as error:
         raise click.ClickException(f"training diverged: {error}; the last good checkpoint is in {run_dir}") from None
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted; the checkpoint in {run_dir} resumes it: ez-robot train --resume {run_dir}",
+                   err=True)
+        raise SystemExit(130) from None
     click.echo(f"done: {summary['agent_steps']} agent steps, {summary['train_steps']} training steps, "
                f"{summary['wall_seconds']:.0f} s; last evaluation: {summary['last_eval'].get('mean', 'none')}")
+
+
+def _resume_config(state, task, obs, seed, run_dir, resume_dir, budget, overrides):
+    """The config of a resumed run: the saved one, with --budget and --set applied; the
+    task, observations and seed of a run cannot change."""
+    from pathlib import Path
+
+    from click.core import ParameterSource
+
+    from ez_robot.checkpoint import resume_config
+
+    saved = state["config"]
+    source = click.get_current_context().get_parameter_source
+    if task is not None and task != saved["env"]["task"]:
+        raise click.UsageError(f"--task {task} differs from the run's task {saved['env']['task']}")
+    for name, value, was in (("obs", obs, saved["env"]["obs"]), ("seed", seed, saved["seed"])):
+        if source(name) is not ParameterSource.DEFAULT and value != was:
+            raise click.UsageError(f"--{name} {value} differs from the run's {name} {was}; a resumed run keeps it")
+    if run_dir is not None and Path(run_dir).resolve() != Path(resume_dir).resolve():
+        raise click.UsageError("--run-dir and --resume name different directories; a run resumes in its own")
+    return resume_config(state, budget=budget, overrides=overrides)
 
 
 @main.command("eval")

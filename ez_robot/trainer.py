@@ -1,14 +1,15 @@
 """The single-process trainer: self-play, reanalyze and learning in one loop, no Ray.
 
-It composes the objects a distributed trainer places on workers (actor, replay,
-reanalyze, learner) and is the reference for tests, laptops and debugging.
+It composes the objects the Ray trainer (:mod:`ez_robot.ray_trainer`) places on workers
+(actor, replay, reanalyze, learner) and is the reference for tests, laptops and debugging.
+Both trainers write the same run directory and checkpoints (:mod:`ez_robot.checkpoint`),
+and either resumes a run the other wrote.
 """
 from __future__ import annotations
 
 import copy
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,21 +18,21 @@ import numpy as np
 import torch
 import yaml
 
-import ez_robot
+from ez_robot._timing import Stopwatch, TimedInference
 from ez_robot.actor import Actor
+from ez_robot.checkpoint import CHECKPOINT_FORMAT, CheckpointError, ReplayFiles, metadata, write_checkpoint
 from ez_robot.config import Config, config_to_dict
 from ez_robot.envs import make_from_config
 from ez_robot.evaluation import play
-from ez_robot.inference import TorchInference, effective_search_config
+from ez_robot.inference import effective_search_config
 from ez_robot.learner import Learner
 from ez_robot.networks import make_network
 from ez_robot.reanalyze import reanalyze
 from ez_robot.replay import ReplayBuffer
 from ez_robot.targets import dynamic_horizon, prepare_context
 
-__all__ = ["train", "evaluate", "resolve_device", "set_threads", "Counters", "CHECKPOINT_FORMAT"]
-
-CHECKPOINT_FORMAT = 1
+__all__ = ["train", "evaluate", "resolve_device", "set_threads", "Counters", "CHECKPOINT_FORMAT", "sample_batch",
+           "temperature_at", "total_train_steps"]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -53,6 +54,10 @@ class Counters:
     recent_returns: list = field(default_factory=list)
 
 
+def total_train_steps(config: Config) -> int:
+    return max(1, math.ceil(config.agent_steps_budget * config.train.train_steps_per_agent_step))
+
+
 def temperature_at(progress: float) -> float:
     """Visit-count temperature 1 -> 0.5 -> 0.25 at 50% and 75% of training (appendix)."""
     return 1.0 if progress < 0.5 else 0.5 if progress < 0.75 else 0.25
@@ -64,18 +69,29 @@ def evaluate(net, config: Config, device, episodes: int, seed: int) -> list[floa
 
 
 class _RunFiles:
-    """The run directory: config, metrics (JSONL), checkpoints (written atomically)."""
+    """The run directory: config, metrics (JSONL + TensorBoard), checkpoints.
 
-    def __init__(self, run_dir: Path, config: Config):
+    Resuming from ``resume_from`` (a checkpoint) cuts metrics.jsonl back to where that
+    checkpoint was taken, and TensorBoard drops the events after it, so that the logs go
+    on from the checkpoint's counters without the steps a killed run did after it."""
+
+    def __init__(self, run_dir: Path, config: Config, *, resume_from: dict | None = None):
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "checkpoints").mkdir(exist_ok=True)
         with open(self.dir / "config.yaml", "w") as f:
             yaml.safe_dump(config_to_dict(config), f, sort_keys=False)
-        self.metrics = open(self.dir / "metrics.jsonl", "a")
+        metrics_path, purge_step = self.dir / "metrics.jsonl", None
+        if resume_from is not None:
+            keep = resume_from.get("metrics_bytes")
+            if keep is not None and metrics_path.exists() and metrics_path.stat().st_size > keep:
+                with open(metrics_path, "r+b") as f:
+                    f.truncate(keep)
+            purge_step = int(resume_from["counters"].get("env_frames", 0)) + 1
+        self.metrics = open(metrics_path, "a")
         from torch.utils.tensorboard import SummaryWriter
 
-        self.tensorboard = SummaryWriter(str(self.dir / "tensorboard"))
+        self.tensorboard = SummaryWriter(str(self.dir / "tensorboard"), purge_step=purge_step)
 
     def log(self, kind: str, counters: Counters, **values) -> None:
         record = {"kind": kind, "time": time.time(), "agent_steps": counters.agent_steps,
@@ -90,36 +106,42 @@ class _RunFiles:
         self.metrics.close()
         self.tensorboard.close()
 
-    def checkpoint(self, state: dict, name: str = "latest.pt") -> Path:
-        path = self.dir / "checkpoints" / name
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)  # a kill never leaves a half-written checkpoint
-        return path
+    def checkpoint(self, state: dict) -> Path:
+        """Writes ``state`` as the run's checkpoint, with where the metrics log stands."""
+        self.metrics.flush()
+        return write_checkpoint(self.dir, {**state, "metrics_bytes": self.metrics.tell()})
 
 
 class _Training:
     """The objects of one run (actor, replay, learner, reanalyze's target network) and
-    the three things the loop does with them."""
+    the three things the loop does with them.  ``resume`` is a checkpoint to go on from."""
 
-    def __init__(self, config: Config, dev: torch.device, num_envs: int):
+    def __init__(self, config: Config, dev: torch.device, num_envs: int, *, resume: dict | None = None,
+                 replay_files: ReplayFiles | None = None):
         t = config.train
         self.config, self.dev, self.num_envs = config, dev, num_envs
         self.rng = np.random.default_rng(config.seed)
+        self.stopwatch = Stopwatch()
         self.search_config = effective_search_config(config.search, t.value_prefix)
-        envs = [make_from_config(config.env, seed=config.seed + i, mode="train") for i in range(num_envs)]
+        # a resumed run starts fresh episodes: other env seeds than the run's first ones
+        seed = config.seed + (resume["counters"]["agent_steps"] if resume else 0)
+        envs = [make_from_config(config.env, seed=seed + i, mode="train") for i in range(num_envs)]
         self.obs_shape, self.num_actions = envs[0].observation_space.shape, int(envs[0].action_space.n)
         self.net = make_network(self.obs_shape, self.num_actions, config.model, value_prefix=t.value_prefix).to(dev)
         self.acting_net, self.target_net = copy.deepcopy(self.net).eval(), copy.deepcopy(self.net).eval()
         self.budget_steps = config.agent_steps_budget
-        self.total_train_steps = max(1, math.ceil(self.budget_steps * t.train_steps_per_agent_step))
+        self.total_train_steps = total_train_steps(config)
         self.learner = Learner(self.net, config, self.total_train_steps, dev)
         self.replay = ReplayBuffer(config.replay)
-        self.actor = Actor(envs, TorchInference(self.acting_net, dev), self.search_config,
-                           segment_length=config.replay.segment_length, tail_length=t.unroll_steps + t.td_steps,
-                           frame_stack=config.env.frame_stack if len(self.obs_shape) == 3 else 1, seed=config.seed)
-        self.target_inference = TorchInference(self.target_net, dev)
+        self.replay_files = replay_files
+        self.actor = Actor(envs, TimedInference(self.acting_net, dev, self.stopwatch, "selfplay.inference"),
+                           self.search_config, segment_length=config.replay.segment_length,
+                           tail_length=t.unroll_steps + t.td_steps,
+                           frame_stack=config.env.frame_stack if len(self.obs_shape) == 3 else 1, seed=seed)
+        self.target_inference = TimedInference(self.target_net, dev, self.stopwatch, "reanalyze.inference")
         self.counters = Counters()
+        if resume is not None:
+            self._restore(resume)
 
     def done(self) -> bool:
         c = self.counters
@@ -130,10 +152,12 @@ class _Training:
         c = self.counters
         if c.agent_steps >= self.budget_steps:
             return
-        segments, episodes = self.actor.step(c.train_steps, temperature_at(c.train_steps / self.total_train_steps))
-        c.agent_steps += self.num_envs
-        if c.agent_steps >= self.budget_steps:  # self-play ends: unfinished episodes go to replay too
-            segments += self.actor.flush()
+        with self.stopwatch("selfplay"):
+            segments, episodes = self.actor.step(c.train_steps,
+                                                 temperature_at(c.train_steps / self.total_train_steps))
+            c.agent_steps += self.num_envs
+            if c.agent_steps >= self.budget_steps:  # self-play ends: unfinished episodes go to replay too
+                segments += self.actor.flush()
         for segment in segments:
             self.replay.add(segment)
         c.env_frames += self.num_envs * self.config.env.action_repeat
@@ -142,14 +166,14 @@ class _Training:
             c.recent_returns = (c.recent_returns + [ep.episode_return])[-20:]
             files.log("episode", c, episode_return=ep.episode_return, length=ep.length)
 
-    def learn(self, files: "_RunFiles", checkpoint_interval: int) -> None:
-        """Training steps until the learner is at train_steps_per_agent_step of the actor."""
+    def learn(self, files: "_RunFiles", checkpoint_interval: int, deadline: float | None = None) -> None:
+        """Training steps until the learner is at train_steps_per_agent_step of the actor
+        (or the session's time is up)."""
         c, t = self.counters, self.config.train
         due = self.total_train_steps if c.agent_steps >= self.budget_steps else \
             min(int(c.agent_steps * t.train_steps_per_agent_step), self.total_train_steps)
-        while self.replay.ready() and c.train_steps < due:
-            metrics = _train_step(self.replay, self.learner, self.target_inference, self.search_config, self.config,
-                                  c, self.total_train_steps, self.rng)
+        while self.replay.ready() and c.train_steps < due and (deadline is None or time.time() < deadline):
+            metrics = self._train_step()
             c.train_steps += 1
             if c.train_steps % t.selfplay_update_interval == 0:
                 self.acting_net.load_state_dict(self.net.state_dict())
@@ -158,21 +182,83 @@ class _Training:
             if c.train_steps % 50 == 0:
                 files.log("train", c, **metrics)
             if c.train_steps % checkpoint_interval == 0:
-                files.checkpoint(self.state())
+                self.save(files)
+
+    def _train_step(self) -> dict:
+        """sample -> dynamic horizon -> context -> reanalyze -> SGD step -> new priorities."""
+        t, c = self.config.train, self.counters
+        with self.stopwatch("sample"):
+            ref, context = sample_batch(self.replay, self.config, c.train_steps, self.total_train_steps,
+                                        self.num_actions, self.search_config, self.rng)
+        with self.stopwatch("reanalyze"):
+            targets = reanalyze(context, ref.segments, self.target_inference, self.search_config, self.rng,
+                                policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=t.off_policy_correction)
+        with self.stopwatch("learner"):
+            metrics, priorities = self.learner.step(context, targets, ref.weights)
+        self.replay.update_priorities(ref.segment_ids, ref.positions, priorities)
+        return metrics
 
     def evaluate(self, files: "_RunFiles", episodes: int) -> dict:
-        returns = evaluate(self.net, self.config, self.dev, episodes, seed=10_000 + self.config.seed)
+        with self.stopwatch("evaluation"):
+            returns = evaluate(self.net, self.config, self.dev, episodes, seed=10_000 + self.config.seed)
         result = {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns}
         files.log("eval", self.counters, **result)
         return result
 
+    def save(self, files: "_RunFiles") -> None:
+        """A checkpoint (and the replay segments stored since the last one)."""
+        with self.stopwatch("checkpoint"):
+            state = self.state()
+            state["replay"] = self.replay_files.save(self.replay) if self.replay_files else None
+            files.checkpoint(state)
+            if self.replay_files:
+                self.replay_files.prune(state["replay"])
+
     def state(self) -> dict:
-        return {"format": CHECKPOINT_FORMAT, "ez_robot_version": ez_robot.__version__,
-                "torch_version": torch.__version__, "config": config_to_dict(self.config),
+        return {**metadata("single"), "config": config_to_dict(self.config),
                 "obs_shape": tuple(self.obs_shape), "num_actions": self.num_actions,
                 "model": self.net.state_dict(), "target_model": self.target_net.state_dict(),
-                "optimizer": self.learner.optimizer.state_dict(), "counters": dict(self.counters.__dict__),
-                "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state()}
+                "acting_model": self.acting_net.state_dict(), "optimizer": self.learner.optimizer.state_dict(),
+                "learner": {"train_steps": self.learner.train_steps, "generator": self.learner.generator.get_state()},
+                "counters": dict(self.counters.__dict__), "restarts": 0,
+                "numpy_rng": self.rng.bit_generator.state, "actor_rng": self.actor.rng.bit_generator.state,
+                "torch_rng": torch.get_rng_state()}
+
+    def _restore(self, state: dict) -> None:
+        load_networks(state, self.net, self.target_net, self.acting_net, self.learner)
+        self.counters = Counters(**state["counters"])
+        self.learner.train_steps = state.get("learner", {}).get("train_steps", self.counters.train_steps)
+        self.rng.bit_generator.state = state["numpy_rng"]
+        if "actor_rng" in state:
+            self.actor.rng.bit_generator.state = state["actor_rng"]
+        torch.set_rng_state(state["torch_rng"])
+        if self.replay_files and state.get("replay"):
+            self.replay = self.replay_files.load(self.config.replay, state["replay"])
+
+
+def load_networks(state: dict, net, target_net, acting_net, learner) -> None:
+    """Weights, target and acting weights, optimizer and augmentation RNG from a checkpoint."""
+    try:
+        net.load_state_dict(state["model"])
+        target_net.load_state_dict(state["target_model"])
+        acting_net.load_state_dict(state.get("acting_model", state["model"]))
+        learner.optimizer.load_state_dict(state["optimizer"])
+    except (RuntimeError, ValueError, KeyError) as error:
+        detail = " ".join(str(error).split())
+        raise CheckpointError(f"the checkpoint's weights do not fit the network its config describes (written by "
+                              f"ez-robot {state.get('ez_robot_version', '?')}): {detail[:400]}") from None
+    if "generator" in state.get("learner", {}):
+        learner.generator.set_state(state["learner"]["generator"])
+
+
+def check_resumable(config: Config, state: dict) -> None:
+    """A resumed run must have budget left (a larger --budget extends a finished run)."""
+    counters = state["counters"]
+    if counters["agent_steps"] >= config.agent_steps_budget and counters["train_steps"] >= total_train_steps(config):
+        raise CheckpointError(
+            f"the run already finished its budget ({counters['agent_steps']} agent steps, {counters['train_steps']} "
+            f"training steps; budget {config.train.budget} {config.env.budget_unit}); give a larger --budget "
+            "to extend it")
 
 
 def set_threads(threads: int) -> None:
@@ -191,56 +277,100 @@ def set_threads(threads: int) -> None:
 
 def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs: int = 1,
           checkpoint_interval: int = 1000, eval_interval: int | None = None, eval_episodes: int | None = None,
-          progress: bool = True, threads: int = 1) -> dict:
+          progress: bool = True, threads: int = 1, resume: dict | None = None, replay_checkpoint: bool = True,
+          max_seconds: float | None = None) -> dict:
     """Trains until the budget is spent and the learner has done its training steps;
-    evaluates every ``eval_interval`` agent steps and at the end.  Returns a summary."""
+    evaluates every ``eval_interval`` agent steps and at the end.  Returns a summary.
+
+    ``resume`` is the checkpoint of ``run_dir`` (:func:`ez_robot.checkpoint.read_checkpoint`)
+    to go on from, with ``config`` its config (perhaps with a larger budget).
+    ``max_seconds`` stops the session earlier (a job's time limit, a benchmark), with a
+    checkpoint that resumes it and without the final evaluation."""
     set_threads(threads)
     torch.manual_seed(config.seed)
-    run = _Training(config, resolve_device(device), num_envs)
-    files = _RunFiles(Path(run_dir), config)
+    if resume is not None:
+        check_resumable(config, resume)
+    replay_files = ReplayFiles(Path(run_dir) / "checkpoints" / "replay") if replay_checkpoint else None
+    run = _Training(config, resolve_device(device), num_envs, resume=resume, replay_files=replay_files)
+    files = _RunFiles(Path(run_dir), config, resume_from=resume)
+    if resume is not None:
+        files.log("resume", run.counters, trainer="single", budget=config.train.budget, replay_moves=len(run.replay))
     eval_interval = eval_interval or max(run.budget_steps // 10, 1)
     eval_episodes = eval_episodes or config.train.eval_episodes
-    next_eval, last_eval, diverged = eval_interval, {}, False
-    bar, start = _progress(progress, run.budget_steps), time.time()
+    next_eval, last_eval, diverged = (run.counters.agent_steps // eval_interval + 1) * eval_interval, {}, False
+    session = Session(run.counters, run.budget_steps, progress, max_seconds)
     try:
-        while not run.done():
+        while not run.done() and session.tick(run.counters):
             run.collect(files)                      # --- self-play ---
-            run.learn(files, checkpoint_interval)   # --- reanalyze + learning ---
+            run.learn(files, checkpoint_interval, session.deadline)  # --- reanalyze + learning ---
             if run.counters.agent_steps >= next_eval and not run.done():  # --- periodic evaluation ---
                 next_eval += eval_interval
                 last_eval = run.evaluate(files, eval_episodes)
-            _advance(bar, run.counters, run.budget_steps, start)
-        last_eval = run.evaluate(files, eval_episodes)
+        if run.done():
+            last_eval = run.evaluate(files, eval_episodes)
     except FloatingPointError as error:
         diverged = True  # keep the last good checkpoint: this state is not one
         files.log("diverged", run.counters, error=str(error))
         raise
     finally:
-        _close(bar)
+        session.close()
         if not diverged:  # at the end, and on Ctrl-C or any other error
-            files.checkpoint(run.state())
+            run.save(files)
         files.close()
-    c = run.counters
-    return {"agent_steps": c.agent_steps, "env_frames": c.env_frames, "train_steps": c.train_steps,
-            "episodes": c.episodes, "wall_seconds": time.time() - start, "last_eval": last_eval}
+    return session.summary(run.counters, last_eval, run.stopwatch.seconds, finished=run.done())
 
 
-def _train_step(replay, learner, target_inference, search_config, config, counters, total_train_steps, rng):
-    t = config.train
-    beta = config.replay.priority_beta_start + (config.replay.priority_beta_end - config.replay.priority_beta_start) \
-        * min(counters.train_steps / total_train_steps, 1.0)
+class Session:
+    """One training session (a run, or the part of it since a resume): its progress bar,
+    time limit and rates, over the whole session and over its training phase (once the
+    replay buffer filled and the learner started)."""
+
+    def __init__(self, counters: Counters, budget_steps: int, progress: bool, max_seconds: float | None):
+        self.start, self.budget_steps = time.time(), budget_steps
+        self.deadline = self.start + max_seconds if max_seconds is not None else None
+        self.first = (counters.agent_steps, counters.train_steps)
+        self.training: tuple | None = None  # (time, agent steps, train steps) at the first training step
+        self.bar = _progress(progress, budget_steps)
+
+    def tick(self, counters: Counters) -> bool:
+        """Updates the progress bar; False once the time limit is reached."""
+        if self.training is None and counters.train_steps > self.first[1]:
+            self.training = (time.time(), counters.agent_steps, counters.train_steps)
+        _advance(self.bar, counters, self.budget_steps, self.start, self.first[0])
+        return self.deadline is None or time.time() < self.deadline
+
+    def close(self) -> None:
+        _close(self.bar)
+
+    def summary(self, counters: Counters, last_eval: dict, seconds: dict, **extra) -> dict:
+        c, now = counters, time.time()
+        wall = max(now - self.start, 1e-9)
+        out = {"agent_steps": c.agent_steps, "env_frames": c.env_frames, "train_steps": c.train_steps,
+               "episodes": c.episodes, "wall_seconds": wall, "last_eval": last_eval,
+               "agent_steps_per_second": (c.agent_steps - self.first[0]) / wall,
+               "train_steps_per_second": (c.train_steps - self.first[1]) / wall,
+               "seconds": dict(seconds), "training_phase": None, **extra}
+        if self.training is not None and now - self.training[0] > 0:
+            span = now - self.training[0]
+            out["training_phase"] = {"seconds": span, "agent_steps_per_second": (c.agent_steps - self.training[1]) / span,
+                                     "train_steps_per_second": (c.train_steps - self.training[2]) / span}
+        return out
+
+
+def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, total_train_steps: int, num_actions: int,
+                 search_config, rng: np.random.Generator):
+    """A prioritized sample and its CPU context (beta annealed, dynamic horizon from each
+    move's collection step).  Returns (SampleRef, BatchContext)."""
+    t, r = config.train, config.replay
+    beta = r.priority_beta_start + (r.priority_beta_end - r.priority_beta_start) * min(
+        train_steps / total_train_steps, 1.0)
     ref = replay.sample(t.batch_size, beta, rng)
     collected = np.array([s.collected_at[p] for s, p in zip(ref.segments, ref.positions)])
-    horizons = dynamic_horizon(collected, counters.train_steps, total_train_steps, t.td_steps,
-                               t.dynamic_horizon_tau) if t.off_policy_correction else np.full(len(collected),
-                                                                                               t.td_steps)
+    horizons = dynamic_horizon(collected, train_steps, total_train_steps, t.td_steps, t.dynamic_horizon_tau) \
+        if t.off_policy_correction else np.full(len(collected), t.td_steps)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=search_config.discount,
-                              lstm_horizon=search_config.lstm_horizon, num_actions=learner.net.num_actions, rng=rng)
-    targets = reanalyze(context, ref.segments, target_inference, search_config, rng,
-                        policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=t.off_policy_correction)
-    metrics, priorities = learner.step(context, targets, ref.weights)
-    replay.update_priorities(ref.segment_ids, ref.positions, priorities)
-    return metrics
+                              lstm_horizon=search_config.lstm_horizon, num_actions=num_actions, rng=rng)
+    return ref, context
 
 
 def _progress(enabled: bool, total: int):
@@ -255,11 +385,11 @@ def _progress(enabled: bool, total: int):
     return bar
 
 
-def _advance(bar, counters: Counters, total: int, start: float) -> None:
+def _advance(bar, counters: Counters, total: int, start: float, start_steps: int = 0) -> None:
     if bar is None:
         return
     recent = f"return {np.mean(counters.recent_returns):.1f}" if counters.recent_returns else "return -"
-    rate = counters.agent_steps / max(time.time() - start, 1e-9)
+    rate = (counters.agent_steps - start_steps) / max(time.time() - start, 1e-9)
     bar.update(bar.task_ids[0], completed=min(counters.agent_steps, total),
                status=f"{recent} | {counters.train_steps} train steps | {rate:.1f} steps/s")
 
