@@ -44,7 +44,6 @@ import ray
 import torch
 
 from ez_robot._timing import Stopwatch, TimedInference
-from ez_robot.actor import Actor
 from ez_robot.checkpoint import ReplayFiles, metadata
 from ez_robot.config import Config, config_to_dict
 from ez_robot.envs import make_from_config
@@ -55,8 +54,9 @@ from ez_robot.networks import make_network
 from ez_robot.reanalyze import Targets, reanalyze
 from ez_robot.replay import ReplayBuffer
 from ez_robot.targets import BatchContext
-from ez_robot.trainer import (Counters, Session, _RunFiles, check_resumable, load_networks, resolve_device,
-                              sample_batch, set_threads, temperature_at, total_train_steps)
+from ez_robot.trainer import (Counters, Session, _RunFiles, check_resumable, load_networks, make_actor,
+                              resolve_device, sample_batch, set_threads, temperature_at, total_train_steps,
+                              train_steps_due)
 
 __all__ = ["train", "init_ray", "EnvironmentFailed", "TrainingAborted"]
 
@@ -411,10 +411,7 @@ class LearnerWorker:
     def _due(self) -> int:
         """Training steps allowed now: the ratio to agent steps, all of them once self-play ended."""
         if self.train_steps >= self.due:
-            counters = ray.get(self.storage.get_counters.remote())
-            ratio = self.config.train.train_steps_per_agent_step
-            self.due = self.total if counters["agent_steps"] >= self.config.agent_steps_budget else \
-                min(int(counters["agent_steps"] * ratio), self.total)
+            self.due = train_steps_due(self.config, ray.get(self.storage.get_counters.remote())["agent_steps"])
         return self.due
 
     def _next_batch(self) -> _Prepared | None:
@@ -479,11 +476,8 @@ class SelfPlayWorker:
         self.net = make_network(obs_shape, num_actions, config.model,
                                 value_prefix=config.train.value_prefix).to(dev).eval()
         self.version = -1
-        t = config.train
-        self.actor = Actor(self.envs, TimedInference(self.net, dev, self.stopwatch, "selfplay.inference"),
-                           effective_search_config(config.search, t.value_prefix),
-                           segment_length=config.replay.segment_length, tail_length=t.unroll_steps + t.td_steps,
-                           frame_stack=config.env.frame_stack if len(obs_shape) == 3 else 1, seed=seed)
+        self.actor = make_actor(config, self.envs, TimedInference(self.net, dev, self.stopwatch, "selfplay.inference"),
+                                obs_shape, seed)
 
     def run(self) -> int:
         """Self-play until the budget is spent or the run stops; returns the decisions made."""

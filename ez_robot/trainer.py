@@ -32,7 +32,7 @@ from ez_robot.replay import ReplayBuffer
 from ez_robot.targets import dynamic_horizon, prepare_context
 
 __all__ = ["train", "evaluate", "resolve_device", "set_threads", "Counters", "CHECKPOINT_FORMAT", "sample_batch",
-           "temperature_at", "total_train_steps"]
+           "temperature_at", "total_train_steps", "train_steps_due", "make_actor"]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -56,6 +56,23 @@ class Counters:
 
 def total_train_steps(config: Config) -> int:
     return max(1, math.ceil(config.agent_steps_budget * config.train.train_steps_per_agent_step))
+
+
+def train_steps_due(config: Config, agent_steps: int) -> int:
+    """Training steps the learner may have done after ``agent_steps`` decisions: the
+    config's ratio, and all of them once self-play has spent the budget."""
+    total = total_train_steps(config)
+    if agent_steps >= config.agent_steps_budget:
+        return total
+    return min(int(agent_steps * config.train.train_steps_per_agent_step), total)
+
+
+def make_actor(config: Config, envs: list, inference, obs_shape, seed: int) -> Actor:
+    """Self-play over ``envs`` with the run's search, segment and frame-stack settings."""
+    t = config.train
+    return Actor(envs, inference, effective_search_config(config.search, t.value_prefix),
+                 segment_length=config.replay.segment_length, tail_length=t.unroll_steps + t.td_steps,
+                 frame_stack=config.env.frame_stack if len(obs_shape) == 3 else 1, seed=seed)
 
 
 def temperature_at(progress: float) -> float:
@@ -134,10 +151,8 @@ class _Training:
         self.learner = Learner(self.net, config, self.total_train_steps, dev)
         self.replay = ReplayBuffer(config.replay)
         self.replay_files = replay_files
-        self.actor = Actor(envs, TimedInference(self.acting_net, dev, self.stopwatch, "selfplay.inference"),
-                           self.search_config, segment_length=config.replay.segment_length,
-                           tail_length=t.unroll_steps + t.td_steps,
-                           frame_stack=config.env.frame_stack if len(self.obs_shape) == 3 else 1, seed=seed)
+        self.actor = make_actor(config, envs, TimedInference(self.acting_net, dev, self.stopwatch,
+                                                             "selfplay.inference"), self.obs_shape, seed)
         self.target_inference = TimedInference(self.target_net, dev, self.stopwatch, "reanalyze.inference")
         self.counters = Counters()
         if resume is not None:
@@ -170,8 +185,7 @@ class _Training:
         """Training steps until the learner is at train_steps_per_agent_step of the actor
         (or the session's time is up)."""
         c, t = self.counters, self.config.train
-        due = self.total_train_steps if c.agent_steps >= self.budget_steps else \
-            min(int(c.agent_steps * t.train_steps_per_agent_step), self.total_train_steps)
+        due = train_steps_due(self.config, c.agent_steps)
         while self.replay.ready() and c.train_steps < due and (deadline is None or time.time() < deadline):
             metrics = self._train_step()
             c.train_steps += 1
