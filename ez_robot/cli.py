@@ -37,8 +37,9 @@ def tasks(pattern):
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None, metavar="RUN_DIR",
               help="Continue the run in RUN_DIR from its checkpoint: counters, schedules and logs go on; "
                    "a larger --budget extends a finished run.")
-@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Self-play worker processes on Ray; 0 runs everything in one process, without Ray.")
+@click.option("--workers", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Self-play worker processes on Ray (an embedded local Ray unless --address); 0 runs "
+                   "everything in one process, without Ray.")
 @click.option("--reanalyze-workers", type=click.IntRange(min=0), default=None,
               help="Ray: reanalyze worker processes (default: one per CPU, at most 8); 0 reanalyzes in the "
                    "learner's process.")
@@ -75,7 +76,7 @@ def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanaly
     given = [name for name in ("address", "gpus", "reanalyze_workers")
              if click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT]
     if workers == 0 and given:
-        raise click.UsageError(f"--{given[0].replace('_', '-')} is for the Ray trainer; add --workers N (N >= 1)")
+        raise click.UsageError(f"--{given[0].replace('_', '-')} is for the Ray trainer; --workers 0 runs without Ray")
     state = None
     try:
         if resume_dir is not None:

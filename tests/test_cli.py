@@ -33,6 +33,7 @@ def test_tasks_filter():
     (["--task", "cartpole_swingup", "--budget", "10x"], "bad budget '10x'"),
     (["--task", "cartpole_swingup", "--set", "train.lrr=1"], "unknown config key 'train.lrr'"),
     (["--task", "walker_walk"], "Lower env.bins"),
+    (["--task", "cartpole_swingup", "--workers", "0", "--address", "auto"], "--address is for the Ray trainer"),
 ])
 def test_train_user_errors_are_messages_not_tracebacks(args, message):
     out = ez("train", *args)
@@ -41,12 +42,14 @@ def test_train_user_errors_are_messages_not_tracebacks(args, message):
 
 
 def test_train_smoke(tmp_path):
+    """The default trainer (Ray: one self-play worker, reanalyze workers, an embedded local Ray)."""
     run = tmp_path / "run"
     out = ez("train", "--task", "gym:CartPole-v1", "--budget", "120", "--run-dir", str(run), "--quiet",
              "--set", "replay.min_replay_size=60", "--set", "train.batch_size=8", "--set", "search.num_simulations=4",
              "--set", "train.train_steps_per_agent_step=0.25", "--set", "train.eval_episodes=2")
     assert out.returncode == 0, out.stderr
     assert (run / "config.yaml").exists() and (run / "checkpoints" / "latest.pt").exists()
+    assert json.loads((run / "checkpoints" / "latest.json").read_text())["trainer"] == "ray"
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     kinds = {r["kind"] for r in records}
     assert {"episode", "eval"} <= kinds
