@@ -103,10 +103,11 @@ def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanaly
     if workers == 0:
         from ez_robot.trainer import train as run_training
     else:
-        from ez_robot.ray_trainer import EnvironmentFailed, TrainingAborted, train as run_training
+        from ez_robot.ray_trainer import ClusterUnreachable, EnvironmentFailed, TrainingAborted, \
+            train as run_training
 
         options.update(workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus)
-        errors += (EnvironmentFailed, TrainingAborted)
+        errors += (EnvironmentFailed, TrainingAborted, ClusterUnreachable)
     if state is None:
         click.echo(f"run directory: {run_dir}  ({config.agent_steps_budget} agent steps = "
                    f"{config.env_frames_budget} env frames; budget counts {config.env.budget_unit})")

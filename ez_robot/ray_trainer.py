@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 import time
 import uuid
 import warnings
@@ -58,7 +59,7 @@ from ez_robot.trainer import (Counters, Session, _RunFiles, check_resumable, loa
                               resolve_device, sample_batch, set_threads, temperature_at, total_train_steps,
                               train_steps_due)
 
-__all__ = ["train", "init_ray", "EnvironmentFailed", "TrainingAborted"]
+__all__ = ["train", "init_ray", "EnvironmentFailed", "TrainingAborted", "ClusterUnreachable"]
 
 _log = logging.getLogger(__name__)
 
@@ -74,6 +75,24 @@ class TrainingAborted(RuntimeError):
     """A worker could not be kept alive, or failed in a way a restart cannot fix."""
 
 
+class ClusterUnreachable(ConnectionError):
+    """No Ray cluster answers at the address given."""
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fails fast where nothing listens at ``host:port`` (or ``ray://host:port``): Ray's own
+    client retries an unreachable address for minutes before it gives up."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        raise ClusterUnreachable(f"--address {address!r} is not auto, host:port or ray://host:port")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as error:
+        raise ClusterUnreachable(f"no Ray cluster answers at {address} ({error.strerror or error}); start one "
+                                 "there (`ray start --head`), or leave out --address for an embedded local Ray") \
+            from None
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     """Connects to a cluster (``address``: ``auto`` or ``ray://host:port``), or starts an
     embedded local one without dashboard or auth token.  Returns whether it started Ray
@@ -87,7 +106,12 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
         ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
                  logging_level=logging.WARNING)
     else:
-        ray.init(address=address, logging_level=logging.WARNING)
+        if address != "auto":
+            _check_reachable(address)
+        try:
+            ray.init(address=address, logging_level=logging.WARNING)
+        except ConnectionError as error:  # "auto" with no cluster running on this machine
+            raise ClusterUnreachable(f"could not join a Ray cluster at --address {address}: {error}") from None
     return True
 
 
