@@ -1,6 +1,6 @@
 """Trainer throughput: the single-process trainer and the Ray trainer side by side.
 
-    python benchmarks/trainer_bench.py [--seconds 90] [--tasks cartpole_swingup atari:Pong]
+    python benchmarks/trainer_bench.py [--seconds 90] [--tasks cartpole_swingup atari:Pong gym:CartPole-v1]
                                        [--ray 1x2 1x1] [--device cuda] [--paper-batch]
 
 Each measurement is one training session cut at ``--seconds`` (``max_seconds``): real
@@ -37,6 +37,7 @@ from ez_robot.config import load_config
 
 TASKS = {
     "cartpole_swingup": ["replay.min_replay_size=100"],
+    "gym:CartPole-v1": ["replay.min_replay_size=100"],
     "atari:Pong": ["replay.min_replay_size=50", "replay.segment_length=50", "train.batch_size=16"],
 }
 
@@ -98,7 +99,7 @@ def breakdown(name: str, r: dict) -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=90.0, help="length of each training session")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--tasks", nargs="+", default=["cartpole_swingup", "atari:Pong"], choices=list(TASKS))
     parser.add_argument("--ray", nargs="+", default=["1x2", "1x1"], metavar="WxR",
                         help="Ray runs: W self-play workers x R reanalyze workers")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
