@@ -150,6 +150,16 @@ class ReplayFiles:
             self.path(segment_id).unlink(missing_ok=True)
             self.written.discard(segment_id)
 
+    def check(self, state: dict) -> None:
+        """Raises CheckpointError if a segment file the checkpoint needs is missing (cheap:
+        before a run starts its workers; :meth:`load` also catches unreadable files)."""
+        first = int(state["first_id"])
+        for offset in range(len(state["priorities"])):
+            if not self.path(first + offset).is_file():
+                raise CheckpointError(f"replay segment {self.path(first + offset)} that the checkpoint needs is "
+                                      "missing; resume with --no-replay-checkpoint to start from an empty replay "
+                                      "buffer")
+
     def load(self, config, state: dict):
         """A :class:`ReplayBuffer` as it was at the checkpoint."""
         from ez_robot.replay import ReplayBuffer, Segment

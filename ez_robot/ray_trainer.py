@@ -572,6 +572,8 @@ def train(config: Config, run_dir: Path | str, *, workers: int = 1, reanalyze_wo
                          f"{reanalyze_workers} and {num_envs}")
     if resume is not None:
         check_resumable(config, resume)
+        if replay_checkpoint and resume.get("replay"):  # before any worker starts
+            ReplayFiles(Path(run_dir) / "checkpoints" / "replay").check(resume["replay"])
     set_threads(threads)
     started = init_ray(address)
     try:
