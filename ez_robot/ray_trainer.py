@@ -93,6 +93,19 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
             from None
 
 
+def resource_shortfall(needed: dict[str, float], available: dict[str, float]) -> str | None:
+    """What a run's actors ask for beyond what a cluster has free, in words (``None`` when
+    it fits).  Ray places actors only when their resources free up, and says nothing while
+    they wait."""
+    short = [f"{amount:g} {kind} (free: {available.get(kind, 0.0):g})" for kind, amount in needed.items()
+             if amount > available.get(kind, 0.0) + 1e-9]
+    if not short:
+        return None
+    return (f"the Ray cluster lacks free resources for this run: it needs {', '.join(short)}; its workers "
+            "wait until Ray can place them (stop other jobs there, add nodes, or use fewer --workers / "
+            "--reanalyze-workers)")
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     """Connects to a cluster (``address``: ``auto`` or ``ray://host:port``), or starts an
     embedded local one without dashboard or auth token.  Returns whether it started Ray
@@ -637,6 +650,11 @@ class _Pipeline:
         cpus = {"num_cpus": min(1.0, (os.cpu_count() or 1) / compute) if local else 1.0}
         # the learner, each reanalyze worker and evaluation share the GPUs; self-play stays on CPU
         gpu = {"num_gpus": gpus / (reanalyze_workers + 2)} if gpus else {}
+        if not local:  # a shared cluster may not have them free; an embedded Ray is sized to fit
+            needed = {"CPU": compute * cpus["num_cpus"], "GPU": (reanalyze_workers + 1) * gpu.get("num_gpus", 0.0)}
+            warning = resource_shortfall({k: v for k, v in needed.items() if v}, ray.available_resources())
+            if warning:
+                _log.warning(warning)
         dev = self.eval_device = "cuda" if gpus else "cpu"
         self.eval_gpu = gpu
         shape, actions, threads, restarts = self.obs_shape, self.num_actions, self.threads, self.max_restarts

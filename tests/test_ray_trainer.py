@@ -105,6 +105,15 @@ def test_too_many_env_failures_in_a_row_stop_with_the_error():
             actor.step(0, 1.0)
 
 
+def test_a_cluster_without_free_resources_for_the_run_is_named_in_words():
+    from ez_robot.ray_trainer import resource_shortfall
+
+    assert resource_shortfall({"CPU": 4.0}, {"CPU": 4.0, "memory": 1e9}) is None
+    message = resource_shortfall({"CPU": 4.0, "GPU": 1.5}, {"CPU": 2.0})
+    assert "needs 4 CPU (free: 2), 1.5 GPU (free: 0)" in message and "fewer --workers" in message
+    assert "CPU" not in resource_shortfall({"CPU": 1.0, "GPU": 1.0}, {"CPU": 3.0, "GPU": 0.5})
+
+
 # --- runs -------------------------------------------------------------------------------
 
 def test_both_trainers_write_the_same_kinds_of_metrics(local_ray, tmp_path):
