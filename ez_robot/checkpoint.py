@@ -150,23 +150,26 @@ class ReplayFiles:
             self.path(segment_id).unlink(missing_ok=True)
             self.written.discard(segment_id)
 
+    REMEDY = "resume with --no-replay-checkpoint to start from an empty replay buffer"
+
+    def needed(self, state: dict) -> list[Path]:
+        """The segment files the checkpoint ``state`` needs, oldest first."""
+        first = int(state["first_id"])
+        return [self.path(first + offset) for offset in range(len(state["priorities"]))]
+
     def check(self, state: dict) -> None:
         """Raises CheckpointError if a segment file the checkpoint needs is missing (cheap:
         before a run starts its workers; :meth:`load` also catches unreadable files)."""
-        first = int(state["first_id"])
-        for offset in range(len(state["priorities"])):
-            if not self.path(first + offset).is_file():
-                raise CheckpointError(f"replay segment {self.path(first + offset)} that the checkpoint needs is "
-                                      "missing; resume with --no-replay-checkpoint to start from an empty replay "
-                                      "buffer")
+        for path in self.needed(state):
+            if not path.is_file():
+                raise CheckpointError(f"replay segment {path} that the checkpoint needs is missing; {self.REMEDY}")
 
     def load(self, config, state: dict):
         """A :class:`ReplayBuffer` as it was at the checkpoint."""
         from ez_robot.replay import ReplayBuffer, Segment
 
         first, segments = int(state["first_id"]), []
-        for offset in range(len(state["priorities"])):
-            path = self.path(first + offset)
+        for path in self.needed(state):
             try:
                 with np.load(path) as data:
                     num_own, frame_stack, episode_end, terminated = (int(v) for v in data["flags"])
@@ -175,8 +178,7 @@ class ReplayFiles:
                                             terminated=bool(terminated)))
             except (OSError, KeyError, ValueError) as error:
                 raise CheckpointError(f"replay segment {path} that the checkpoint needs cannot be read "
-                                      f"({type(error).__name__}: {str(error)[:200]}); resume with "
-                                      "--no-replay-checkpoint to start from an empty replay buffer") from None
+                                      f"({type(error).__name__}: {str(error)[:200]}); {self.REMEDY}") from None
         self.written.update(range(first, first + len(segments)))
         return ReplayBuffer(config, segments=segments,
                             _priorities=[np.array(p, np.float64) for p in state["priorities"]], _first_id=first,

@@ -98,7 +98,7 @@ def resource_shortfall(needed: dict[str, float], available: dict[str, float]) ->
     it fits).  Ray places actors only when their resources free up, and says nothing while
     they wait."""
     short = [f"{amount:g} {kind} (free: {available.get(kind, 0.0):g})" for kind, amount in needed.items()
-             if amount > available.get(kind, 0.0) + 1e-9]
+             if amount > available.get(kind, 0.0) + 1e-9]  # nothing asked (0 GPUs) is never short
     if not short:
         return None
     return (f"the Ray cluster lacks free resources for this run: it needs {', '.join(short)}; its workers "
@@ -652,7 +652,7 @@ class _Pipeline:
         gpu = {"num_gpus": gpus / (reanalyze_workers + 2)} if gpus else {}
         if not local:  # a shared cluster may not have them free; an embedded Ray is sized to fit
             needed = {"CPU": compute * cpus["num_cpus"], "GPU": (reanalyze_workers + 1) * gpu.get("num_gpus", 0.0)}
-            warning = resource_shortfall({k: v for k, v in needed.items() if v}, ray.available_resources())
+            warning = resource_shortfall(needed, ray.available_resources())
             if warning:
                 _log.warning(warning)
         dev = self.eval_device = "cuda" if gpus else "cpu"

@@ -109,6 +109,7 @@ def test_a_cluster_without_free_resources_for_the_run_is_named_in_words():
     from ez_robot.ray_trainer import resource_shortfall
 
     assert resource_shortfall({"CPU": 4.0}, {"CPU": 4.0, "memory": 1e9}) is None
+    assert resource_shortfall({"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0}) is None  # a CPU-only run on a CPU cluster
     message = resource_shortfall({"CPU": 4.0, "GPU": 1.5}, {"CPU": 2.0})
     assert "needs 4 CPU (free: 2), 1.5 GPU (free: 0)" in message and "fewer --workers" in message
     assert "CPU" not in resource_shortfall({"CPU": 1.0, "GPU": 1.0}, {"CPU": 3.0, "GPU": 0.5})
