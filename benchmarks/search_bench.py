@@ -95,8 +95,8 @@ def main():
     repeats = 3 if args.quick else args.repeats
     search_module._TREE_CLASS = search_module.Tree
     print(f"search benchmark: {args.simulations} simulations, hidden {HIDDEN} floats, median of {repeats}")
-    print(f"| B x A | wall ms | simulations/s | time in C++ |")
-    print(f"|---|---|---|---|")
+    print("| B x A | wall ms | simulations/s | time in C++ |")
+    print("|---|---|---|---|")
     for num_actions in actions:
         for batch in batches:
             wall, rate, share = measure(batch, num_actions, args.simulations, repeats)

@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import fnmatch
 import functools
 
 import gymnasium as gym
 
-__all__ = ["make", "make_from_config", "task_names", "UnknownTaskError", "CLASSIC_TASKS"]
+from ez_robot.errors import ConfigError, UnknownTaskError
+
+__all__ = ["make", "make_from_config", "render_frame", "task_names", "UnknownTaskError", "CLASSIC_TASKS"]
 
 CLASSIC_TASKS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
 MODES = ("train", "eval")
-
-
-class UnknownTaskError(ValueError):
-    """The task name is not in the registry (the message names the closest ones)."""
 
 
 @functools.cache
@@ -98,8 +97,12 @@ def make_from_config(env_config, *, seed: int | None = None, mode: str = "train"
                           noop_max=env_config.noop_max, max_episode_frames=env_config.max_episode_frames)
     if task.startswith("gym:"):
         if env_config.obs != "state":
-            raise ValueError(f"{task} has state observations only, got obs={env_config.obs!r}")
-        env = gym.make(task[4:])
+            raise ConfigError(f"{task} has state observations only, got obs={env_config.obs!r}")
+        # evaluation renders frames for videos (only when asked: render_mode alone draws nothing),
+        # off screen: pygame needs no display that way
+        if mode == "eval":
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        env = gym.make(task[4:], render_mode="rgb_array" if mode == "eval" else None)
         env.action_space.seed(seed)
         return env
     from ez_robot.envs.dmc import DMControlEnv
@@ -108,3 +111,20 @@ def make_from_config(env_config, *, seed: int | None = None, mode: str = "train"
     return DMControlEnv(domain, name, seed=seed, obs=env_config.obs, action_repeat=env_config.action_repeat,
                         bins=env_config.bins, max_discrete_actions=env_config.max_discrete_actions,
                         frame_size=env_config.frame_size, frame_stack=env_config.frame_stack)
+
+
+def render_frame(env):
+    """The frame a human would watch, [H, W, 3] uint8: the game screen (Atari), the rendered
+    camera (DMControl), or what a Gymnasium env made with ``render_mode="rgb_array"``
+    renders (the evaluation envs of ``gym:`` tasks)."""
+    import numpy as np
+
+    base = env.unwrapped
+    if hasattr(base, "ale"):
+        return base.ale.getScreenRGB()
+    if getattr(env, "render_mode", None) == "rgb_array" or getattr(base, "render_mode", None) == "rgb_array":
+        frame = env.render()
+        if isinstance(frame, np.ndarray) and frame.ndim == 3:
+            return frame
+    raise ConfigError(f"{env.spec.id if env.spec else type(base).__name__} has no renderer ez-robot can record: "
+                      "videos need an env that renders rgb_array frames")

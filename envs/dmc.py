@@ -23,6 +23,8 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ez_robot.errors import ConfigError  # noqa: E402
+
 __all__ = ["DMControlEnv", "discrete_action_table"]
 
 
@@ -59,7 +61,7 @@ class DMControlEnv(gym.Env):
         spec = self._env.action_spec()
         dims = int(np.prod(spec.shape))
         if bins ** dims > max_discrete_actions:
-            raise ValueError(
+            raise ConfigError(
                 f"{domain}_{task} has {dims} action dimensions: {bins} bins each make {bins}^{dims} = "
                 f"{bins ** dims:,} discrete actions, above the limit of {max_discrete_actions:,}. "
                 f"Lower env.bins or raise env.max_discrete_actions.")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ez_robot.errors import ConfigError
 from ez_robot.export.runtime import Policy
 
 __all__ = ["LoopReport", "run_at_rate", "VideoRecorder"]
@@ -52,8 +53,8 @@ def run_at_rate(policy: Policy, env, *, rate_hz: float, episodes: int = 1, seed:
     """Plays ``episodes`` episodes of ``env`` (an ez-robot task env, which takes discrete
     action indices) deciding at ``rate_hz``; ``on_step(episode, env)`` runs after each
     reset and step (a video recorder, say) and counts as environment time."""
-    if rate_hz <= 0:
-        raise ValueError(f"the control rate must be > 0 Hz, got {rate_hz}")
+    if not rate_hz > 0:
+        raise ConfigError(f"the control rate must be > 0 Hz, got {rate_hz}")
     period = 1.0 / rate_hz
     report = LoopReport(rate_hz)
     env_seconds = 0.0  # running estimate of one environment step, kept out of the search budget
@@ -89,7 +90,7 @@ def run_at_rate(policy: Policy, env, *, rate_hz: float, episodes: int = 1, seed:
 
 
 class VideoRecorder:
-    """Writes one episode's frames (DMControl camera or Atari screen) to an mp4 file."""
+    """Writes one episode's frames (what `ez_robot.envs.render_frame` shows) to an mp4 file."""
 
     def __init__(self, path: str | Path, fps: float, episode: int = 0):
         self.path, self.fps, self.episode = Path(path), fps, episode
@@ -98,13 +99,9 @@ class VideoRecorder:
     def __call__(self, episode: int, env) -> None:
         if episode != self.episode:
             return
-        base = env.unwrapped
-        if hasattr(base, "ale"):
-            frame = base.ale.getScreenRGB()
-        elif hasattr(base, "action_table"):  # DMControlEnv
-            frame = base.render()
-        else:
-            raise ValueError("videos need a DMControl or an Atari task")
+        from ez_robot.envs import render_frame
+
+        frame = render_frame(env)
         if self._writer is None:
             import imageio.v2 as imageio
 

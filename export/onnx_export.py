@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 
 import ez_robot
+from ez_robot.errors import ConfigError, ExportError
 from ez_robot.export.runtime import BUNDLE_FORMAT, MANIFEST, Policy
 from ez_robot.networks import support_to_scalar
 
@@ -41,9 +42,6 @@ output (values, value prefixes, logits, hidden and LSTM states): float32 kernels
 a different order than torch's, so errors scale with the output's magnitude, not with
 each element's."""
 
-
-class ExportError(Exception):
-    """The export failed a check, or the run cannot be exported (the message says why)."""
 
 
 class _Initial(nn.Module):
@@ -218,7 +216,7 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, *, checkpoint
                observations: int = 32, seed: int = 0) -> dict:
     """Exports a run's checkpoint (default: the latest) to a bundle directory (default
     ``RUN_DIR/bundle``) and returns its manifest; see :func:`export_model`.  Raises
-    ``ez_robot.evaluation.RunError`` when the run cannot be loaded."""
+    :class:`ez_robot.errors.RunError` when the run cannot be loaded."""
     from ez_robot.evaluation import load_run
 
     run = load_run(run_dir, checkpoint, "cpu")
@@ -236,14 +234,14 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
     older bundle at ``out`` stays as it was)."""
     from ez_robot.config import config_to_dict
     from ez_robot.envs import make_from_config
-    from ez_robot.inference import effective_search_config
+    from ez_robot.inference import search_config as run_search_config
 
     if observations < 1:
-        raise ValueError(f"observations must be >= 1, got {observations}")
+        raise ConfigError(f"observations must be >= 1, got {observations}")
     out = Path(out)
     if out.exists() and not (out / MANIFEST).is_file():
         raise ExportError(f"{out} exists and is not a bundle; give another directory")
-    search_config = effective_search_config(config.search, config.train.value_prefix)
+    search_config = run_search_config(config)
     env = make_from_config(config.env, seed=seed, mode="eval")
     space = env.observation_space
     if tuple(space.shape) != tuple(net.obs_shape) or env.action_space.n != net.num_actions:

@@ -28,6 +28,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search
+from ez_robot.errors import BundleError, ConfigError, ObservationError
 
 __all__ = ["Policy", "Decision", "BundleError", "ObservationError", "BUNDLE_FORMAT", "MANIFEST", "PRESETS"]
 
@@ -41,15 +42,6 @@ _GRAPHS = {
                        ["next_hidden", "next_h", "next_c", "value_prefix", "value", "policy_logits"]),
 }
 _REQUIRED = ("format", "format_version", "observation", "hidden", "action", "search", "files")
-
-
-class BundleError(Exception):
-    """A bundle that cannot be used: missing, corrupt, tampered with, or from an
-    incompatible ez-robot (the message says which)."""
-
-
-class ObservationError(ValueError):
-    """An observation of the wrong shape or dtype, or with NaN / infinite values."""
 
 
 @dataclass(frozen=True)
@@ -79,9 +71,9 @@ def session_options(preset: str = "latency", threads: int | None = None) -> ort.
     threads for every core (``threads`` to cap), for large ``act_batch`` calls.
     """
     if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+        raise ConfigError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
     if threads is not None and threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
+        raise ConfigError(f"threads must be >= 1, got {threads}")
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -139,6 +131,11 @@ class Policy:
         self.continuous = action["kind"] == "continuous"
         self.action_table = np.asarray(action["table"], np.float64) if self.continuous else None
         self._search_config = SearchConfig(**manifest["search"]).replace(add_noise=False, temperature=0.0)
+        if num_simulations is not None:
+            try:
+                self._search_config.replace(num_simulations=num_simulations)
+            except (TypeError, ValueError) as error:
+                raise ConfigError(str(error).replace("SearchConfig.", "")) from None
         self.num_simulations = self._search_config.num_simulations if num_simulations is None else num_simulations
         """Simulations per decision (the trained config's by default)."""
         self.deadline_ms = deadline_ms
@@ -174,13 +171,10 @@ class Policy:
                 raise BundleError(f"{bundle / name} has inputs {names[0]} and outputs {names[1]}; "
                                   f"an ez-robot bundle's have {inputs} and {outputs}")
             sessions[name] = session
-        try:
-            networks = Networks(sessions["initial.onnx"], sessions["recurrent.onnx"],
-                                int(manifest["hidden"]["lstm_hidden"]))
-            return cls(manifest, networks, num_simulations=num_simulations, deadline_ms=deadline_ms, bundle=bundle)
-        except (KeyError, TypeError) as error:  # a manifest from another ez-robot or edited by hand
-            raise BundleError(f"{bundle / MANIFEST} is not valid for this runtime: {type(error).__name__}: "
-                              f"{error}") from None
+        _check_graphs(bundle, manifest, sessions)
+        networks = Networks(sessions["initial.onnx"], sessions["recurrent.onnx"],
+                            int(manifest["hidden"]["lstm_hidden"]))
+        return cls(manifest, networks, num_simulations=num_simulations, deadline_ms=deadline_ms, bundle=bundle)
 
     # --- deciding ---
 
@@ -276,6 +270,7 @@ def read_manifest(bundle: Path) -> dict:
         raise BundleError(f"{bundle} is bundle format version {manifest['format_version']} (written by "
                           f"ez-robot {manifest.get('ez_robot_version', '?')}); this runtime reads version "
                           f"{version}: re-export the run with this ez-robot, or run the matching one")
+    _check_manifest(path, manifest)
     for file in _GRAPHS:
         expected = manifest["files"].get(file)
         if expected is None:
@@ -287,3 +282,64 @@ def read_manifest(bundle: Path) -> dict:
             raise BundleError(f"{bundle / file} does not match the manifest's sha256 (file {digest[:12]}..., "
                               f"manifest {expected[:12]}...): the file was changed or damaged after export")
     return manifest
+
+
+def _check_manifest(path: Path, manifest: dict) -> None:
+    """The manifest's fields have the types and ranges the runtime relies on (a manifest
+    edited by hand, or from another tool, fails here rather than deep inside a search)."""
+    def bad(what: str) -> BundleError:
+        return BundleError(f"{path} is not valid for this runtime: {what}")
+
+    def is_count(x) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+    for key in ("files", "observation", "hidden", "action", "search"):
+        if not isinstance(manifest[key], dict):
+            raise bad(f"{key!r} must be an object, got {manifest[key]!r}")
+    observation, action = manifest["observation"], manifest["action"]
+    shape = observation.get("shape")
+    if not isinstance(shape, list) or not shape or not all(is_count(n) for n in shape):
+        raise bad(f"observation.shape must be a list of positive whole numbers, got {shape!r}")
+    try:
+        np.dtype(observation.get("dtype"))
+    except TypeError:
+        raise bad(f"observation.dtype {observation.get('dtype')!r} is not a numpy dtype") from None
+    if not is_count(manifest["hidden"].get("lstm_hidden")):
+        raise bad(f"hidden.lstm_hidden must be a positive whole number, got {manifest['hidden'].get('lstm_hidden')!r}")
+    if action.get("kind") not in ("discrete", "continuous") or not is_count(action.get("num_actions")):
+        raise bad(f"action must have kind 'discrete' or 'continuous' and num_actions >= 1, got "
+                  f"{action.get('kind')!r} and {action.get('num_actions')!r}")
+    if action["kind"] == "continuous":
+        table = np.asarray(action.get("table", []), dtype=object)
+        if table.ndim != 2 or len(table) != action["num_actions"]:
+            raise bad(f"action.table must have one row per action ({action['num_actions']})")
+    _search_config(path, manifest["search"])
+
+
+def _search_config(path: Path, fields: dict) -> SearchConfig:
+    try:
+        return SearchConfig(**fields)
+    except (TypeError, ValueError) as error:
+        raise BundleError(f"{path}: the search settings are not valid: {error}") from None
+
+
+def _check_graphs(bundle: Path, manifest: dict, sessions: dict) -> None:
+    """The graphs take the observations and give the actions the manifest describes."""
+    observation = sessions["initial.onnx"].get_inputs()[0]
+    graph_shape = [n if isinstance(n, int) else None for n in observation.shape[1:]]
+    if graph_shape != manifest["observation"]["shape"]:
+        raise BundleError(f"{bundle / MANIFEST} says observations have shape {manifest['observation']['shape']}, but "
+                          f"initial.onnx takes {graph_shape}: the manifest was edited or belongs to another bundle")
+    graph_dtype = {"tensor(float)": "float32", "tensor(uint8)": "uint8"}.get(observation.type, observation.type)
+    if graph_dtype != str(np.dtype(manifest["observation"]["dtype"])):
+        raise BundleError(f"{bundle / MANIFEST} says observations are {manifest['observation']['dtype']}, but "
+                          f"initial.onnx takes {graph_dtype}")
+    for name in _GRAPHS:
+        logits = sessions[name].get_outputs()[-1].shape[-1]
+        if isinstance(logits, int) and logits != manifest["action"]["num_actions"]:
+            raise BundleError(f"{bundle / MANIFEST} says there are {manifest['action']['num_actions']} actions, but "
+                              f"{name} gives {logits} policy logits")
+    lstm = sessions["recurrent.onnx"].get_inputs()[1].shape[-1]
+    if isinstance(lstm, int) and lstm != manifest["hidden"]["lstm_hidden"]:
+        raise BundleError(f"{bundle / MANIFEST} says the LSTM has {manifest['hidden']['lstm_hidden']} units, but "
+                          f"recurrent.onnx takes {lstm}")

@@ -9,6 +9,7 @@ latent state plus the LSTM's ``(h, c)``), each with the batch on axis 0.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Tuple
@@ -17,7 +18,11 @@ import numpy as np
 
 from ez_robot.ctree import Tree
 
-__all__ = ["SearchConfig", "RootOutput", "SearchOutput", "RecurrentFn", "search", "visit_policy"]
+__all__ = ["SearchConfig", "RootOutput", "SearchOutput", "RecurrentFn", "search", "visit_policy", "MAX_SIMULATIONS"]
+
+MAX_SIMULATIONS = 100_000
+"""Most simulations one search may run: the tree and the hidden-state pool are allocated
+for all of them up front (MuZero's largest setting, Go, used 800)."""
 
 
 @dataclass(frozen=True)
@@ -46,8 +51,15 @@ class SearchConfig:
     """Soft min-max threshold for Q normalization."""
 
     def __post_init__(self):
+        if isinstance(self.num_simulations, bool) or not isinstance(self.num_simulations, (int, np.integer)):
+            raise TypeError(f"SearchConfig.num_simulations must be an int, got {self.num_simulations!r}")
+        for name in ("c1", "c2", "discount", "dirichlet_alpha", "dirichlet_fraction", "temperature",
+                     "min_max_epsilon"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
+                raise ValueError(f"SearchConfig.{name} must be a finite number, got {value!r}")
         checks = [
-            ("num_simulations", self.num_simulations >= 0, ">= 0"),
+            ("num_simulations", 0 <= self.num_simulations <= MAX_SIMULATIONS, f"in [0, {MAX_SIMULATIONS}]"),
             ("c1", self.c1 > 0, "> 0"),
             ("c2", self.c2 > 0, "> 0"),
             ("discount", 0.0 <= self.discount <= 1.0, "in [0, 1]"),
@@ -60,8 +72,6 @@ class SearchConfig:
         for name, ok, rule in checks:
             if not ok:
                 raise ValueError(f"SearchConfig.{name} must be {rule}, got {getattr(self, name)!r}")
-        if isinstance(self.num_simulations, bool) or not isinstance(self.num_simulations, (int, np.integer)):
-            raise TypeError(f"SearchConfig.num_simulations must be an int, got {self.num_simulations!r}")
 
     def replace(self, **changes) -> "SearchConfig":
         return dataclasses.replace(self, **changes)
@@ -118,6 +128,11 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
     ran (``simulations``; visit counts sum to it).  With no simulation at all the policy
     is uniform and the action is the root prior's most likely one.
     """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"search needs rng, a numpy.random.Generator (np.random.default_rng(seed)), got "
+                        f"{type(rng).__name__}")
+    if not isinstance(config, SearchConfig):
+        raise TypeError(f"search needs config, a SearchConfig, got {type(config).__name__}")
     logits = _as_float32(root.policy_logits, "root.policy_logits")
     if logits.ndim != 2:
         raise ValueError(f"root.policy_logits must have shape [B, A], got {logits.shape}")
@@ -226,11 +241,20 @@ class _HiddenPool:
         self.put(0, root_hidden)
 
     def put(self, node: int, hidden) -> None:
+        if isinstance(hidden, (tuple, list)) != self._is_tuple:
+            got = f"a {type(hidden).__name__} of {len(hidden)}" if isinstance(hidden, (tuple, list)) else \
+                f"one {type(hidden).__name__}"
+            want = f"a tuple of {len(self._pools)}" if self._is_tuple else "one array"
+            raise ValueError(f"recurrent_fn returned {got} as the hidden state, but the root's hidden state was "
+                             f"{want}: it must return the same structure")
         leaves = hidden if self._is_tuple else (hidden,)
         if len(leaves) != len(self._pools):
             raise ValueError(f"recurrent_fn returned {len(leaves)} hidden arrays, the root had {len(self._pools)}")
         start = node * self._batch
         for pool, shape, leaf in zip(self._pools, self._shapes, leaves):
+            if not hasattr(leaf, "shape"):
+                raise ValueError(f"recurrent_fn returned a {type(leaf).__name__} in the hidden state; it must be "
+                                 "numpy arrays or torch tensors with the batch on axis 0")
             if leaf.shape != shape and tuple(leaf.shape) != shape:
                 raise ValueError(f"recurrent_fn returned a hidden state of shape {tuple(leaf.shape)}, expected {shape}")
             pool[start:start + self._batch] = leaf

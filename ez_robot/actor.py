@@ -3,18 +3,24 @@
 Moves are cut into :class:`Segment` s of ``segment_length`` moves, each carrying a
 look-ahead tail of ``tail_length`` following moves (unroll + td steps) so its targets
 never reach into another segment.  An episode's last segment has no tail.
+
+An env wrapped in :class:`ez_robot.envs.guard.RemakeOnError` reports a step that raised
+as ``info["env_error"]``: the actor drops that episode's moves not yet cut into a
+segment (the segments already cut are whole) and starts a new episode.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from ez_robot._search import SearchConfig, visit_policy
+from ez_robot.envs.guard import ENV_ERROR
 from ez_robot.inference import TorchInference, run_search
 from ez_robot.replay import Segment
 
-__all__ = ["Actor", "EpisodeStats"]
+__all__ = ["Actor", "EpisodeStats", "Played"]
 
 
 @dataclass
@@ -22,6 +28,17 @@ class EpisodeStats:
     episode_return: float
     length: int
     env_frames: int
+
+
+class Played(NamedTuple):
+    """What one decision in every env produced."""
+
+    segments: list
+    """Finished :class:`Segment` s, for replay."""
+    episodes: list
+    """:class:`EpisodeStats` of the episodes that ended."""
+    env_errors: list
+    """Errors of envs that raised (their unfinished episodes were dropped)."""
 
 
 @dataclass
@@ -76,12 +93,12 @@ class Actor:
             traj.start(obs)
             self.observations.append(obs)
 
-    def step(self, train_step: int, temperature: float) -> tuple[list[Segment], list[EpisodeStats]]:
-        """One decision in every env.  Returns the finished segments and episodes."""
+    def step(self, train_step: int, temperature: float) -> Played:
+        """One decision in every env."""
         config = self.search_config.replace(temperature=temperature)
         out = run_search(self.inference, np.stack(self.observations), config, self.rng)
         policies = visit_policy(out.visit_counts, 1.0)  # the stored target is the T = 1 distribution
-        segments, episodes, finals = [], [], []
+        segments, episodes, finals, errors = [], [], [], []
         for i, (env, traj) in enumerate(zip(self.envs, self.trajectories)):
             traj.root_values.append(float(out.root_values[i]))
             if len(traj.actions) == self.segment_length + self.tail_length:
@@ -90,6 +107,10 @@ class Actor:
                 traj.drop(self.segment_length)
             action = int(out.actions[i])
             obs, reward, terminated, truncated, info = env.step(action)
+            if ENV_ERROR in info:  # the env was made again: this episode's uncut moves are lost
+                errors.append(info[ENV_ERROR])
+                self._restart(i)
+                continue
             traj.actions.append(action)
             traj.rewards.append(float(reward))
             traj.policies.append(policies[i])
@@ -110,11 +131,23 @@ class Actor:
                 segments.append(traj.segment(moves, 0.0 if terminated else float(value), episode_end=True,
                                              terminated=terminated))
                 episodes.append(EpisodeStats(traj.episode_return, traj.length, traj.env_frames))
-                self.trajectories[i] = _Trajectory(traj.frame_stack)
-                obs, _ = self.envs[i].reset()
-                self.trajectories[i].start(obs)
-                self.observations[i] = obs
-        return segments, episodes
+                self._restart(i)
+        return Played(segments, episodes, errors)
+
+    def _restart(self, i: int) -> None:
+        """A new episode in env ``i``."""
+        self.trajectories[i] = _Trajectory(self.trajectories[i].frame_stack)
+        obs, _ = self.envs[i].reset()
+        self.trajectories[i].start(obs)
+        self.observations[i] = obs
+
+    def state_dict(self) -> dict:
+        """The generator of its searches (the envs' own state is not kept: a resumed run
+        starts new episodes)."""
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
 
     def flush(self) -> list[Segment]:
         """The moves of unfinished episodes as segments cut at the current observation

@@ -1,110 +1,111 @@
-"""Checkpoints of a run, and what resuming from one needs.
+"""The checkpoint file format: the one place that writes and reads it.
 
 ``RUN_DIR/checkpoints/`` holds
 
-- ``latest.pt``: model, target and acting networks, optimizer, counters, RNG states, the
-  resolved config and metadata (format, ez-robot and torch versions, which trainer);
-  written to a temporary name and renamed, so a kill never leaves half a checkpoint;
+- ``latest.pt``: what each component of a run gave from its ``state_dict()`` (learner:
+  model, target and acting networks, optimizer; counters; replay priorities; actor and
+  sampler generators), the resolved config and metadata (format, ez-robot and torch
+  versions, which trainer).  It holds tensors and plain data only, and is read with
+  ``torch.load(weights_only=True)``: a checkpoint someone shares cannot run code on the
+  machine that loads it.  numpy arrays are stored as tensors tagged ``{"__ndarray__": t}``
+  and come back as arrays.  Written to a temporary name and renamed, so a kill never
+  leaves half a checkpoint;
 - ``latest.json``: the same metadata and counters as text, for people and scripts;
 - ``replay/segment-<id>.npz``: the replay buffer, one compressed file per segment.
   Segments never change once stored, so each is written once, when the first checkpoint
-  after it is taken; the checkpoint itself keeps the priorities and which ids it holds.
-  Files of evicted segments are deleted after the checkpoint that no longer needs them.
+  after it is taken; the checkpoint keeps each file's CRC-32, so a truncated or damaged
+  file is found before a run starts.  Files of evicted segments are deleted after the
+  checkpoint that no longer needs them.
 
 Both trainers (single-process and Ray) write and read the same format.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
+import pickle
 import time
+import warnings
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 import ez_robot
+from ez_robot.errors import ConfigError, RunError
 
-__all__ = ["CHECKPOINT_FORMAT", "CheckpointError", "checkpoint_path", "write_checkpoint", "read_checkpoint",
-           "resume_config", "ReplayFiles"]
+__all__ = ["CHECKPOINT_FORMAT", "checkpoint_path", "write_checkpoint", "read_checkpoint", "resume_config",
+           "trained_network", "ReplayFiles"]
 
-CHECKPOINT_FORMAT = 1
-"""Bumped only by changes that older readers cannot load; new optional keys keep it."""
+CHECKPOINT_FORMAT = 2
+"""Bumped only by changes that older readers cannot load; new optional keys keep it.
+Format 1 (ez-robot 0.1.0 before 2026-11-24) pickled numpy objects and cannot be read safely."""
 
-
-class CheckpointError(Exception):
-    """A checkpoint that cannot be resumed from (the message says why and what to do)."""
+_NEEDED = ("format", "trainer", "config", "spec", "counters", "learner")
+_LEARNER_NEEDED = ("model", "target_model", "acting_model", "optimizer", "train_steps")
 
 
 def checkpoint_path(run_dir: Path | str) -> Path:
     return Path(run_dir) / "checkpoints" / "latest.pt"
 
 
-def metadata(trainer: str) -> dict:
+# --- writing ---------------------------------------------------------------------------
+
+def write_checkpoint(run_dir: Path | str, *, trainer: str, config, spec, counters, learner: dict,
+                     replay: dict | None, actor: dict | None = None, rng: dict | None = None, restarts: int = 0,
+                     metrics_bytes: int | None = None) -> Path:
+    """Writes a run's checkpoint atomically, then its text metadata.
+
+    ``config`` is a :class:`ez_robot.config.Config`, ``spec`` an
+    :class:`ez_robot.builders.EnvSpec`, ``counters`` :class:`ez_robot.schedules.Counters`;
+    ``learner``, ``replay`` (what :meth:`ReplayFiles.save` returned) and ``actor`` are
+    the components' state dicts; ``rng`` the trainer's own generators."""
     import torch
 
-    return {"format": CHECKPOINT_FORMAT, "ez_robot_version": ez_robot.__version__, "torch_version": torch.__version__,
-            "trainer": trainer, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    from ez_robot.config import config_to_dict
 
-
-def write_checkpoint(run_dir: Path | str, state: dict) -> Path:
-    """Writes ``state`` (which carries :func:`metadata`) atomically, then its text metadata."""
-    import torch
-
+    state = {"format": CHECKPOINT_FORMAT, "ez_robot_version": ez_robot.__version__,
+             "torch_version": str(torch.__version__), "trainer": trainer, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+             "config": config_to_dict(config), "spec": {"obs_shape": list(spec.obs_shape),
+                                                        "num_actions": int(spec.num_actions)},
+             "counters": counters.state_dict(), "restarts": int(restarts), "metrics_bytes": metrics_bytes,
+             "learner": learner, "replay": replay, "actor": actor, "rng": rng}
     path = checkpoint_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
+    torch.save(_to_file(state), tmp)
     os.replace(tmp, path)  # a kill never leaves a half-written checkpoint
-    info = {key: state.get(key) for key in ("format", "ez_robot_version", "torch_version", "trainer", "written_at",
-                                            "counters", "restarts")}
-    info["replay_segments"] = len(state["replay"]["priorities"]) if state.get("replay") else 0
+    info = {key: state[key] for key in ("format", "ez_robot_version", "torch_version", "trainer", "written_at",
+                                        "counters", "restarts")}
+    info["replay_segments"] = len(replay["priorities"]) if replay else 0
     _write_text(path.with_suffix(".json"), json.dumps(info, indent=2) + "\n")
     return path
 
 
-def read_checkpoint(run_dir: Path | str) -> dict:
-    """The checkpoint of a run directory, checked; :class:`CheckpointError` if it cannot be used."""
+def _to_file(value):
+    """numpy arrays -> tagged tensors, numpy scalars -> Python numbers, recursively."""
     import torch
 
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise CheckpointError(f"{run_dir} is not a directory; give the run directory that `ez-robot train` wrote")
-    path = checkpoint_path(run_dir)
-    if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}: the run stopped before its first checkpoint, "
-                              "so there is nothing to resume; start it again")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # truncated, overwritten, not a torch file...
-        raise CheckpointError(f"checkpoint {path} is corrupt and cannot be read ({type(error).__name__}: "
-                              f"{str(error)[:200]}); restore a copy of it, or start the run again") from None
-    needed = ("format", "config", "model", "target_model", "optimizer", "counters", "obs_shape", "num_actions")
-    if not isinstance(state, dict) or any(key not in state for key in needed):
-        missing = [key for key in needed if not isinstance(state, dict) or key not in state]
-        raise CheckpointError(f"{path} is not an ez-robot training checkpoint (missing: {', '.join(missing)})")
-    if state["format"] != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} has checkpoint format {state['format']!r} (written by ez-robot "
-                              f"{state.get('ez_robot_version', '?')}); this ez-robot "
-                              f"({ez_robot.__version__}) resumes format {CHECKPOINT_FORMAT} only")
-    return state
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": torch.from_numpy(value.copy())}  # a copy: arrays from Ray are read-only
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {key: _to_file(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_file(item) for item in value)
+    return value
 
 
-def resume_config(state: dict, *, budget: str | int | None = None, overrides=()):
-    """The saved config of a checkpoint, with a new budget and ``--set`` overrides applied."""
-    from ez_robot.config import ConfigError, _parse_override, config_from_dict, parse_budget
-
-    data = {section: dict(value) if isinstance(value, dict) else value for section, value in state["config"].items()}
-    changes = [("train.budget", parse_budget(budget))] if budget is not None else []
-    changes += [_parse_override(text) for text in overrides]
-    for key, value in changes:
-        section, _, name = key.partition(".")
-        if not name or not isinstance(data.get(section), dict):
-            raise ConfigError(f"bad --set {key!r} on resume: write section.key=value, e.g. train.eval_episodes=5")
-        data[section][name] = value
-    try:
-        return config_from_dict(data)
-    except ConfigError as error:
-        raise ConfigError(f"the run's config with the changes asked for is not valid: {error}") from None
+def _from_file(value):
+    if isinstance(value, dict):
+        if set(value) == {"__ndarray__"}:
+            return value["__ndarray__"].numpy()
+        return {key: _from_file(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_from_file(item) for item in value)
+    return value
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -113,73 +114,182 @@ def _write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-# --- replay ---------------------------------------------------------------------------
+# --- reading ---------------------------------------------------------------------------
+
+def read_checkpoint(where: Path | str) -> dict:
+    """The checkpoint of a run directory (or a checkpoint file), checked; :class:`RunError`
+    naming the problem and what to do if it cannot be used."""
+    import torch
+
+    where = Path(where)
+    if where.is_file():
+        path = where
+    elif not where.is_dir():
+        raise RunError(f"{where} is not a directory; give the run directory that `ez-robot train` wrote")
+    else:
+        path = checkpoint_path(where)
+        if not path.is_file():
+            found = sorted(p.name for p in path.parent.glob("*.pt")) if path.parent.is_dir() else []
+            hint = f" (checkpoints there: {', '.join(found)})" if found else \
+                ": the run has not saved a checkpoint yet, so there is nothing to resume or evaluate"
+            raise RunError(f"no checkpoint at {path}{hint}")
+    try:
+        with warnings.catch_warnings():  # torch warns about odd pickle bytes before it refuses them
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "Unsupported global" in str(error):  # a class or function: unpickling it could run code
+            raise RunError(f"{path} holds Python objects other than tensors and plain data, which could run code "
+                           "when loaded; ez-robot reads only checkpoints it wrote itself (format "
+                           f"{CHECKPOINT_FORMAT}). If it came from an older ez-robot, evaluate or export it there"
+                           ) from None
+        raise RunError(f"checkpoint {path} is corrupt and cannot be read ({str(error)[:200]}); restore a copy of "
+                       "it, or start the run again") from None
+    except Exception as error:  # truncated, overwritten, not a torch file...
+        raise RunError(f"checkpoint {path} is corrupt and cannot be read ({type(error).__name__}: "
+                       f"{str(error)[:200]}); restore a copy of it, or start the run again") from None
+    if not isinstance(state, dict) or "format" not in state:
+        raise RunError(f"{path} is not an ez-robot training checkpoint")
+    if state["format"] != CHECKPOINT_FORMAT:
+        raise RunError(f"{path} has checkpoint format {state['format']!r} (written by ez-robot "
+                       f"{state.get('ez_robot_version', '?')}); this ez-robot ({ez_robot.__version__}) reads "
+                       f"format {CHECKPOINT_FORMAT} only")
+    missing = [key for key in _NEEDED if key not in state]
+    missing += [f"learner.{key}" for key in _LEARNER_NEEDED if isinstance(state.get("learner"), dict)
+                and key not in state["learner"]]
+    if missing:
+        raise RunError(f"{path} is not an ez-robot training checkpoint (missing: {', '.join(missing)})")
+    state = _from_file(state)
+    state["path"] = str(path)
+    return state
+
+
+def saved_config(state: dict):
+    """The resolved config a checkpoint was written with."""
+    from ez_robot.config import config_from_dict
+
+    try:
+        return config_from_dict(state["config"])
+    except ConfigError as error:
+        raise RunError(f"the config saved in {state['path']} is not valid for this ez-robot: {error}") from None
+
+
+def resume_config(state: dict, *, budget: str | int | None = None, overrides=()):
+    """The saved config of a checkpoint, with a new budget and ``--set`` overrides applied."""
+    from ez_robot.config import _parse_override, config_from_dict, parse_budget
+
+    data = {section: dict(value) if isinstance(value, dict) else value for section, value in state["config"].items()}
+    changes = [("train.budget", parse_budget(budget))] if budget is not None else []
+    changes += [_parse_override(text) for text in overrides]
+    for key, value in changes:
+        section, _, name = key.partition(".")
+        if not name or not isinstance(data.get(section), dict):
+            raise ConfigError(f"bad --set {key!r} on resume: write section.key=value, e.g. train.eval_episodes=5")
+        if key in ("env.task", "env.obs") and value != data["env"][name]:
+            raise ConfigError(f"--set {key}={value} differs from the run's {name} {data['env'][name]}; a resumed "
+                              "run keeps it")
+        data[section][name] = value
+    try:
+        return config_from_dict(data)
+    except ConfigError as error:
+        raise ConfigError(f"the run's config with the changes asked for is not valid: {error}") from None
+
+
+def trained_network(state: dict, device="cpu"):
+    """The learner's network of a checkpoint, in eval mode on ``device``; returns (net, config)."""
+    from ez_robot.builders import EnvSpec, make_model
+
+    config = saved_config(state)
+    net = make_model(config, EnvSpec.from_state_dict(state["spec"]))
+    try:
+        net.load_state_dict(state["learner"]["model"])
+    except (RuntimeError, ValueError, KeyError) as error:
+        raise RunError(f"the weights in {state['path']} do not fit the network its config describes: "
+                       f"{' '.join(str(error).split())[:400]}") from None
+    return net.to(device).eval(), config
+
+
+# --- replay ----------------------------------------------------------------------------
 
 class ReplayFiles:
     """Writes each replay segment once (compressed), and rebuilds a buffer from the files
-    and the priorities a checkpoint kept."""
+    and the state a checkpoint kept."""
 
     FIELDS = ("frames", "actions", "rewards", "root_values", "policies", "collected_at")
+    REMEDY = "resume with --no-replay-checkpoint to start from an empty replay buffer"
 
     def __init__(self, directory: Path | str):
         self.dir = Path(directory)
-        self.written: set[int] = set()
+        self.checksums: dict[int, int] = {}  # segment id -> CRC-32 of its file, for the ids written
 
     def path(self, segment_id: int) -> Path:
         return self.dir / f"segment-{segment_id:09d}.npz"
 
     def save(self, replay) -> dict:
-        """Writes the segments not yet on disk; returns the state a checkpoint keeps."""
+        """Writes the segments not yet on disk; returns the replay's state with each file's
+        CRC-32 (what the checkpoint keeps)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        first = replay._first_id
-        for offset, segment in enumerate(replay.segments):
-            segment_id = first + offset
-            if segment_id not in self.written:
+        state = replay.state_dict()
+        for segment_id, segment in zip(range(state["first_id"], state["first_id"] + len(replay.segments)),
+                                       replay.segments):
+            if segment_id not in self.checksums:
                 tmp = self.dir / f".segment-{segment_id:09d}.tmp.npz"
                 np.savez_compressed(tmp, **{name: getattr(segment, name) for name in self.FIELDS},
                                     flags=np.array([segment.num_own, segment.frame_stack, segment.episode_end,
                                                     segment.terminated], np.int64))
+                self.checksums[segment_id] = _crc32(tmp)
                 os.replace(tmp, self.path(segment_id))
-                self.written.add(segment_id)
-        return {"first_id": first, "priorities": [p.copy() for p in replay._priorities],
-                "max_priority": replay._max_priority}
+        ids = range(state["first_id"], state["first_id"] + len(state["priorities"]))
+        return {**state, "checksums": [self.checksums[i] for i in ids]}
 
     def prune(self, state: dict) -> None:
         """Deletes files of segments evicted before the checkpoint ``state`` was written."""
-        for segment_id in [i for i in self.written if i < state["first_id"]]:
+        for segment_id in [i for i in self.checksums if i < state["first_id"]]:
             self.path(segment_id).unlink(missing_ok=True)
-            self.written.discard(segment_id)
+            del self.checksums[segment_id]
 
-    REMEDY = "resume with --no-replay-checkpoint to start from an empty replay buffer"
-
-    def needed(self, state: dict) -> list[Path]:
-        """The segment files the checkpoint ``state`` needs, oldest first."""
+    def _needed(self, state: dict) -> list[tuple[int, Path, int]]:
         first = int(state["first_id"])
-        return [self.path(first + offset) for offset in range(len(state["priorities"]))]
+        return [(first + offset, self.path(first + offset), int(crc)) for offset, crc in enumerate(state["checksums"])]
 
     def check(self, state: dict) -> None:
-        """Raises CheckpointError if a segment file the checkpoint needs is missing (cheap:
-        before a run starts its workers; :meth:`load` also catches unreadable files)."""
-        for path in self.needed(state):
+        """:class:`RunError` if a segment file the checkpoint needs is missing, truncated or
+        changed (its CRC-32 differs): before a run starts."""
+        for _, path, crc in self._needed(state):
             if not path.is_file():
-                raise CheckpointError(f"replay segment {path} that the checkpoint needs is missing; {self.REMEDY}")
+                raise RunError(f"replay segment {path} that the checkpoint needs is missing; {self.REMEDY}")
+            if _crc32(path) != crc:
+                raise RunError(f"replay segment {path} that the checkpoint needs is damaged (its CRC-32 differs "
+                               f"from the one recorded when it was written); {self.REMEDY}")
 
     def load(self, config, state: dict):
-        """A :class:`ReplayBuffer` as it was at the checkpoint."""
+        """A :class:`ReplayBuffer` as it was at the checkpoint (each file checked on the way)."""
         from ez_robot.replay import ReplayBuffer, Segment
 
-        first, segments = int(state["first_id"]), []
-        for path in self.needed(state):
+        segments = []
+        for segment_id, path, crc in self._needed(state):
+            if not path.is_file():
+                raise RunError(f"replay segment {path} that the checkpoint needs is missing; {self.REMEDY}")
+            data = path.read_bytes()
+            if zlib.crc32(data) != crc:
+                raise RunError(f"replay segment {path} that the checkpoint needs is damaged (its CRC-32 differs "
+                               f"from the one recorded when it was written); {self.REMEDY}")
             try:
-                with np.load(path) as data:
+                with np.load(io.BytesIO(data), allow_pickle=False) as data:
                     num_own, frame_stack, episode_end, terminated = (int(v) for v in data["flags"])
                     segments.append(Segment(**{name: data[name] for name in self.FIELDS}, num_own=num_own,
                                             frame_stack=frame_stack, episode_end=bool(episode_end),
                                             terminated=bool(terminated)))
-            except (OSError, KeyError, ValueError) as error:
-                raise CheckpointError(f"replay segment {path} that the checkpoint needs cannot be read "
-                                      f"({type(error).__name__}: {str(error)[:200]}); {self.REMEDY}") from None
-        self.written.update(range(first, first + len(segments)))
-        return ReplayBuffer(config, segments=segments,
-                            _priorities=[np.array(p, np.float64) for p in state["priorities"]], _first_id=first,
-                            _max_priority=float(state["max_priority"]), _num_moves=sum(s.num_own for s in segments))
+            except Exception as error:  # a file that passed its CRC but is not a segment of ours
+                raise RunError(f"replay segment {path} that the checkpoint needs cannot be read "
+                               f"({type(error).__name__}: {str(error)[:200]}); {self.REMEDY}") from None
+            self.checksums[segment_id] = crc
+        return ReplayBuffer.from_state_dict(config, state, segments)
+
+
+def _crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+    return crc

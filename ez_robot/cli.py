@@ -1,4 +1,5 @@
 """The ``ez-robot`` command line."""
+import contextlib
 from pathlib import Path
 
 import click
@@ -37,9 +38,9 @@ def tasks(pattern):
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None, metavar="RUN_DIR",
               help="Continue the run in RUN_DIR from its checkpoint: counters, schedules and logs go on; "
                    "a larger --budget extends a finished run.")
-@click.option("--workers", type=click.IntRange(min=0), default=1, show_default=True,
+@click.option("--workers", type=click.IntRange(min=0), default=None,
               help="Self-play worker processes on Ray (an embedded local Ray unless --address); 0 runs "
-                   "everything in one process, without Ray.")
+                   "everything in one process, without Ray.  [default: 1; a resumed run keeps its trainer]")
 @click.option("--reanalyze-workers", type=click.IntRange(min=0), default=None,
               help="Ray: reanalyze worker processes (default: one per CPU, at most 8); 0 reanalyzes in the "
                    "learner's process.")
@@ -69,21 +70,23 @@ def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanaly
     from click.core import ParameterSource
 
     from ez_robot import envs
-    from ez_robot.checkpoint import CheckpointError, checkpoint_path, read_checkpoint
-    from ez_robot.config import ConfigError, load_config
+    from ez_robot.checkpoint import checkpoint_path, read_checkpoint
+    from ez_robot.config import load_config
     from ez_robot.trainer import check_resumable
 
-    given = [name for name in ("address", "gpus", "reanalyze_workers")
-             if click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT]
+    source = click.get_current_context().get_parameter_source
+    given = [name for name in ("address", "gpus", "reanalyze_workers") if source(name) is not ParameterSource.DEFAULT]
     if workers == 0 and given:
         raise click.UsageError(f"--{given[0].replace('_', '-')} is for the Ray trainer; --workers 0 runs without Ray")
     state = None
-    try:
+    with _user_errors():
         if resume_dir is not None:
             state = read_checkpoint(resume_dir)
             config = _resume_config(state, task, obs, seed, run_dir, resume_dir, budget, overrides)
-            check_resumable(config, state)
+            check_resumable(config, state, resume_dir, replay_checkpoint)
             run_dir = Path(resume_dir)
+            if workers is None:  # the run keeps its trainer unless asked for another
+                workers = 0 if state["trainer"] == "single" and not given else 1
         else:
             if task is None:
                 raise click.UsageError("give --task (or --resume RUN_DIR to continue a run)")
@@ -93,40 +96,50 @@ def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanaly
             if checkpoint_path(run_dir).exists():
                 raise click.UsageError(f"{run_dir} already holds a run; continue it with --resume {run_dir}, "
                                        "or give another --run-dir")
-    except (ConfigError, envs.UnknownTaskError) as error:
-        raise click.UsageError(str(error)) from None
-    except CheckpointError as error:
-        raise click.ClickException(str(error)) from None
+    workers = 1 if workers is None else workers
     options = dict(device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval, progress=not quiet,
                    threads=threads, resume=state, replay_checkpoint=replay_checkpoint)
-    errors: tuple = (ValueError, CheckpointError)
     if workers == 0:
         from ez_robot.trainer import train as run_training
     else:
-        from ez_robot.ray_trainer import ClusterUnreachable, EnvironmentFailed, TrainingAborted, \
-            train as run_training
+        from ez_robot.ray_trainer import train as run_training
 
         options.update(workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus)
-        errors += (EnvironmentFailed, TrainingAborted, ClusterUnreachable)
     if state is None:
         click.echo(f"run directory: {run_dir}  ({config.agent_steps_budget} agent steps = "
                    f"{config.env_frames_budget} env frames; budget counts {config.env.budget_unit})")
     else:
         c = state["counters"]
-        click.echo(f"resuming {run_dir} at {c['agent_steps']} agent steps and {c['train_steps']} training steps "
-                   f"(budget {config.agent_steps_budget} agent steps)")
+        click.echo(f"resuming {run_dir} ({'single-process' if workers == 0 else 'Ray'} trainer) at "
+                   f"{c['agent_steps']} agent steps and {c['train_steps']} training steps (budget "
+                   f"{config.agent_steps_budget} agent steps)")
     try:
-        summary = run_training(config, run_dir, **options)
-    except errors as error:
-        raise click.ClickException(str(error)) from None
+        with _user_errors():
+            summary = run_training(config, run_dir, **options)
     except FloatingPointError as error:
-        raise click.ClickException(f"training diverged: {error}; the last good checkpoint is in {run_dir}") from None
+        where = f"the last good checkpoint is in {run_dir / 'checkpoints'}" if checkpoint_path(run_dir).exists() \
+            else "no checkpoint was written before it"
+        raise click.ClickException(f"training diverged: {error}; {where} (a lower train.lr may help)") from None
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; the checkpoint in {run_dir} resumes it: ez-robot train --resume {run_dir}",
                    err=True)
         raise SystemExit(130) from None
     click.echo(f"done: {summary['agent_steps']} agent steps, {summary['train_steps']} training steps, "
                f"{summary['wall_seconds']:.0f} s; last evaluation: {summary['last_eval'].get('mean', 'none')}")
+
+
+@contextlib.contextmanager
+def _user_errors():
+    """ez-robot's own errors as one-line messages (configuration mistakes as usage errors);
+    anything else is a bug and keeps its traceback."""
+    from ez_robot.errors import ConfigError, EzRobotError
+
+    try:
+        yield
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
+    except EzRobotError as error:
+        raise click.ClickException(str(error)) from None
 
 
 def _resume_config(state, task, obs, seed, run_dir, resume_dir, budget, overrides):
@@ -163,17 +176,15 @@ def _resume_config(state, task, obs, seed, run_dir, resume_dir, budget, override
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet):
     """Evaluate a trained run with greedy search in eval-mode envs; writes RUN_DIR/eval.json."""
-    from ez_robot.evaluation import RunError, evaluate_run
+    from ez_robot.evaluation import evaluate_run
 
     if episodes is not None and episodes < 1:
         raise click.UsageError(f"--episodes must be >= 1, got {episodes}")
     if video < 0:
         raise click.UsageError(f"--video must be >= 0, got {video}")
-    try:
+    with _user_errors():
         result = evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video,
                               device=device, progress=not quiet, threads=threads)
-    except (RunError, ValueError) as error:
-        raise click.ClickException(str(error)) from None
     line = (f"{result['task']}: {result['episodes']} episodes, return {result['mean']:.2f} +- {result['std']:.2f} "
             f"(min {result['min']:.2f}, max {result['max']:.2f})")
     if "human_normalized" in result:
@@ -190,13 +201,10 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet)
               help="Directory for the PNG curves and report.md.")
 def report(run_dirs, out):
     """Learning curves and result tables for one or more runs (seeds, tasks, Atari games)."""
-    from ez_robot.evaluation import RunError
     from ez_robot.report import write_report
 
-    try:
+    with _user_errors():
         path = write_report(run_dirs, out)
-    except RunError as error:
-        raise click.ClickException(str(error)) from None
     click.echo(f"wrote {path} and its curves")
 
 
@@ -211,16 +219,12 @@ def report(run_dirs, out):
 def export(run_dir, out, checkpoint, observations, threads):
     """Export a trained run as ONNX networks in a bundle for the onboard runtime, and check
     the bundle against torch before reporting success."""
-    from ez_robot.evaluation import RunError
-    from ez_robot.export.onnx_export import ExportError, export_run
-    from ez_robot.export.runtime import BundleError
-    from ez_robot.trainer import set_threads
+    from ez_robot.device import set_threads
+    from ez_robot.export.onnx_export import export_run
 
     set_threads(threads)
-    try:
+    with _user_errors():
         manifest = export_run(run_dir, out, checkpoint=checkpoint, observations=observations)
-    except (RunError, ExportError, BundleError, ValueError) as error:
-        raise click.ClickException(str(error)) from None
     check = manifest["validation"]
     click.echo(f"checked on {check['observations']} recorded observations: max |onnx - torch| "
                f"{max(check['max_abs_diff'].values()):.1e} (tolerance {check['atol']:.0e} + {check['rtol']:.0e} x "
@@ -246,19 +250,22 @@ def run(bundle, task, episodes, rate, simulations, seed, video):
     import dataclasses
 
     from ez_robot import envs
-    from ez_robot.config import ConfigError, config_from_dict
+    from ez_robot.config import config_from_dict
+    from ez_robot.errors import BundleError, ConfigError
     from ez_robot.export.controller import VideoRecorder, run_at_rate
-    from ez_robot.export.runtime import BundleError, Policy
+    from ez_robot.export.runtime import Policy
 
-    try:
+    with _user_errors():
         policy = Policy.load(bundle, num_simulations=simulations)
-        env_config = config_from_dict(policy.manifest["config"]).env
+        try:
+            env_config = config_from_dict(policy.manifest["config"]).env
+        except (ConfigError, KeyError, TypeError, AttributeError) as error:
+            raise BundleError(f"{bundle}'s manifest holds no valid training config ({type(error).__name__}: "
+                              f"{error}); re-export the run") from None
         if task is not None:
             envs.validate_task(task)
             env_config = dataclasses.replace(env_config, task=task)
         env = envs.make_from_config(env_config, seed=seed, mode="eval")
-    except (BundleError, ConfigError, ValueError, KeyError) as error:
-        raise click.ClickException(str(error)) from None
     shape, actions = tuple(env.observation_space.shape), int(env.action_space.n)
     if (shape, actions) != (policy.observation_shape, policy.num_actions):
         env.close()
@@ -273,9 +280,8 @@ def run(bundle, task, episodes, rate, simulations, seed, video):
         raise click.UsageError("give --rate HZ (> 0): the bundle does not give this task's control rate")
     recorder = VideoRecorder(video, fps=rate) if video else None
     try:
-        report = run_at_rate(policy, env, rate_hz=rate, episodes=episodes, seed=seed, on_step=recorder)
-    except ValueError as error:  # a video of a task without a renderer, say
-        raise click.ClickException(str(error)) from None
+        with _user_errors():  # a video of a task without a renderer, say
+            report = run_at_rate(policy, env, rate_hz=rate, episodes=episodes, seed=seed, on_step=recorder)
     finally:
         env.close()
         if recorder is not None:

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import fnmatch
 import importlib.resources
+import math
 import re
 import typing
 from dataclasses import dataclass, field
@@ -20,16 +21,13 @@ from typing import Any, Iterable, Mapping
 import yaml
 
 from ez_robot._search import SearchConfig
+from ez_robot.errors import ConfigError
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "Config",
            "load_config", "parse_budget", "config_to_dict", "task_family", "PRESET_DIR"]
 
 # configs/ in the repository, installed as the data package ez_robot.configs.
 PRESET_DIR = Path(str(importlib.resources.files("ez_robot.configs")))
-
-
-class ConfigError(ValueError):
-    """A user's configuration mistake: unknown key, bad value, bad budget string."""
 
 
 def _check(section: str, rules: Iterable[tuple[str, bool, str]], obj) -> None:
@@ -281,13 +279,18 @@ def _coerce(key: str, value: Any, kind) -> Any:
             except (ValueError, ConfigError):
                 pass
     elif kind is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(eval_number(value))
-            except ValueError:
+                number = float(eval_number(value))
+            except (ValueError, OverflowError):
                 pass
+        if number is not None:
+            if not math.isfinite(number):  # inf passes every "> 0" rule and diverges at the first step
+                raise ConfigError(f"{key} must be a finite number, got {value!r}")
+            return number
     elif kind is str:
         if isinstance(value, str):
             return value
@@ -346,14 +349,18 @@ def load_config(task: str, *, obs: str = "state", budget: str | int | None = Non
     for pattern, update in task_overrides.items():  # in file order, later patterns win
         if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(task, pattern):
             _merge(values, update, f"{path.name} tasks.{pattern}")
-    values["env.task"] = task
-    values["env.obs"] = "pixels" if family == "atari" else obs
+    fixed = {"env.task": task, "env.obs": "pixels" if family == "atari" else obs}
+    values.update(fixed)
     if budget is not None:
         values["train.budget"] = parse_budget(budget)
     if seed is not None:
         values["seed"] = seed
     for text in overrides:
         key, value = _parse_override(text)
+        if key in fixed and value != fixed[key]:  # the preset was chosen by the task and obs kind
+            flag = "--task" if key == "env.task" else "--obs"
+            raise ConfigError(f"--set {key}={value} disagrees with {flag} {fixed[key]}: the preset follows "
+                              f"{flag}, so give the {key.split('.')[1]} there")
         values[key] = value
     return _build(values, preset=path.name)
 

@@ -20,11 +20,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-__all__ = ["RunError", "LoadedRun", "load_run", "play", "evaluate_run", "human_normalized", "atari_reference_scores"]
+from ez_robot.errors import ConfigError, RunError
 
-
-class RunError(Exception):
-    """A run directory or checkpoint that cannot be used (the message says why)."""
+__all__ = ["LoadedRun", "load_run", "play", "evaluate", "evaluate_run", "human_normalized",
+           "atari_reference_scores"]
 
 
 # --- reference scores ------------------------------------------------------------------
@@ -59,58 +58,21 @@ class LoadedRun:
 
 
 def load_run(run_dir: str | Path, checkpoint: str | Path | None = None, device="cpu") -> LoadedRun:
-    """The trained network of a run directory (its latest checkpoint, or ``checkpoint``)."""
-    import torch
-
-    from ez_robot.config import ConfigError, config_from_dict
-    from ez_robot.networks import make_network
-    from ez_robot.trainer import CHECKPOINT_FORMAT
+    """The trained network of a run directory (its latest checkpoint, or ``checkpoint``);
+    :class:`ez_robot.errors.RunError` naming the problem when it cannot be used."""
+    from ez_robot.checkpoint import read_checkpoint, trained_network
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise RunError(f"{run_dir} is not a directory; give the run directory that `ez-robot train` wrote")
-    path = Path(checkpoint) if checkpoint else run_dir / "checkpoints" / "latest.pt"
-    if not path.is_file():
-        found = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt")) if (run_dir / "checkpoints").is_dir() \
-            else []
-        hint = f"; checkpoints there: {', '.join(found)}" if found else "; the run has not saved a checkpoint yet"
-        raise RunError(f"no checkpoint at {path}{hint}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # truncated, not a torch file, pickled with unknown classes...
-        raise RunError(f"checkpoint {path} cannot be read ({type(error).__name__}: {error})") from None
-    if not isinstance(state, dict) or "model" not in state or "config" not in state:
-        raise RunError(f"{path} is not an ez-robot checkpoint (no model or config in it)")
-    if state.get("format") != CHECKPOINT_FORMAT:
-        raise RunError(f"{path} has checkpoint format {state.get('format')!r} (written by ez-robot "
-                       f"{state.get('ez_robot_version', '?')}); this ez-robot reads format {CHECKPOINT_FORMAT}")
-    try:
-        config = config_from_dict(state["config"])
-    except ConfigError as error:
-        raise RunError(f"the config saved in {path} is not valid for this ez-robot: {error}") from None
-    net = make_network(tuple(state["obs_shape"]), int(state["num_actions"]), config.model,
-                       value_prefix=config.train.value_prefix)
-    try:
-        net.load_state_dict(state["model"])
-    except RuntimeError as error:
-        raise RunError(f"the weights in {path} do not fit the network its config describes: {error}") from None
-    return LoadedRun(run_dir, path, config, net.to(device).eval(), dict(state.get("counters", {})))
+    if checkpoint is not None and not Path(checkpoint).is_file():
+        raise RunError(f"no checkpoint file at {checkpoint}")
+    state = read_checkpoint(checkpoint if checkpoint is not None else run_dir)
+    net, config = trained_network(state, device)
+    return LoadedRun(run_dir, Path(state["path"]), config, net, dict(state["counters"]))
 
 
 # --- playing episodes ------------------------------------------------------------------
-
-def _screen(env) -> np.ndarray:
-    """The frame a human would watch: the game screen (Atari) or the rendered camera (DMC)."""
-    from ez_robot.envs.dmc import DMControlEnv
-
-    base = env.unwrapped
-    if hasattr(base, "ale"):
-        return base.ale.getScreenRGB()
-    if isinstance(base, DMControlEnv):
-        return base.render()
-    raise RunError(f"{env.spec.id if env.spec else type(base).__name__} has no renderer ez-robot can record; "
-                   "videos need an Atari or a DMControl task")
-
 
 def video_fps(env, config) -> float:
     """Frames per second of a replay that shows one frame per agent decision in real time."""
@@ -137,17 +99,16 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
     (frames stream to the encoder, so an Atari game of 27k steps costs no memory);
     each file is named after its episode and return when the episode ends.
     """
-    from ez_robot.envs import make_from_config
-    from ez_robot.inference import TorchInference, effective_search_config, run_search
+    from ez_robot.envs import make_from_config, render_frame
+    from ez_robot.inference import TorchInference, run_search, search_config
 
     if episodes < 1:
-        raise ValueError(f"episodes must be >= 1, got {episodes}")
+        raise ConfigError(f"episodes must be >= 1, got {episodes}")
     inference = TorchInference(net, device)
-    search_config = effective_search_config(config.search, config.train.value_prefix).replace(
-        add_noise=False, temperature=0.0)
+    greedy = search_config(config).replace(add_noise=False, temperature=0.0)
     envs = [make_from_config(config.env, seed=seed + i, mode="eval") for i in range(episodes)]
     observations = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
-    writers = {i: _VideoWriter(video_dir, i, _screen(envs[i]), video_fps(envs[i], config))
+    writers = {i: _VideoWriter(video_dir, i, render_frame(envs[i]), video_fps(envs[i], config))
                for i in range(min(record, episodes))}
     returns, lengths, done = np.zeros(episodes), np.zeros(episodes, int), np.zeros(episodes, bool)
     videos: list[Path] = []
@@ -157,14 +118,14 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
     try:
         while not done.all():
             live = np.flatnonzero(~done)
-            out = run_search(inference, np.stack([observations[i] for i in live]), search_config, rng)
+            out = run_search(inference, np.stack([observations[i] for i in live]), greedy, rng)
             for i, action in zip(live, out.actions):
                 obs, reward, terminated, truncated, _ = envs[i].step(int(action))
                 returns[i] += reward
                 lengths[i] += 1
                 observations[i] = obs
                 if i in writers:
-                    writers[i].add(_screen(envs[i]))
+                    writers[i].add(render_frame(envs[i]))
                 if terminated or truncated:
                     done[i] = True
                     if i in writers:
@@ -179,6 +140,17 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
         if bar is not None:
             bar.stop()
     return Episodes(returns.tolist(), lengths.tolist(), videos)
+
+
+def evaluate(net, config, device, episodes: int) -> dict:
+    """The periodic evaluation during training: ``episodes`` greedy episodes from the
+    run's evaluation seeds; returns mean, std and the returns."""
+    from ez_robot.schedules import eval_seed
+
+    start = time.perf_counter()
+    returns = play(net, config, device, episodes, eval_seed(config)).returns
+    return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns,
+            "seconds": time.perf_counter() - start}
 
 
 class _VideoWriter:
@@ -241,14 +213,14 @@ def summarize(task: str, returns: list[float]) -> dict:
 def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, checkpoint=None,
                  video: int = 0, device: str = "auto", progress: bool = True, threads: int = 1) -> dict:
     """Evaluates a run's checkpoint; writes and returns ``RUN_DIR/eval.json``."""
-    from ez_robot.trainer import resolve_device, set_threads
+    from ez_robot.device import resolve_device, set_threads
 
     set_threads(threads)
     dev = resolve_device(device)
     run = load_run(run_dir, checkpoint, dev)
     episodes = episodes or run.config.train.eval_episodes
     if video < 0:
-        raise ValueError(f"the number of videos must be >= 0, got {video}")
+        raise ConfigError(f"the number of videos must be >= 0, got {video}")
     start = time.time()
     result = play(run.net, run.config, dev, episodes, seed, record=min(video, episodes),
                   video_dir=run.run_dir / "videos", progress=progress)

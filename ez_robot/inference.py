@@ -13,13 +13,14 @@ import torch
 from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search
 from ez_robot.networks import support_to_scalar
 
-__all__ = ["TorchInference", "run_search", "effective_search_config"]
+__all__ = ["TorchInference", "run_search", "search_config"]
 
 
-def effective_search_config(search_config: SearchConfig, value_prefix: bool) -> SearchConfig:
-    """Without the value-prefix LSTM (ablation) the network predicts per-step rewards:
-    every node is its own reset boundary, so the tree reads each prediction as a reward."""
-    return search_config if value_prefix else search_config.replace(lstm_horizon=1)
+def search_config(config) -> SearchConfig:
+    """The search a run's networks are searched with: ``config.search``, except that
+    without the value-prefix LSTM (ablation) the network predicts per-step rewards, so
+    every node is its own reset boundary and the tree reads each prediction as a reward."""
+    return config.search if config.train.value_prefix else config.search.replace(lstm_horizon=1)
 
 
 class TorchInference:

@@ -9,14 +9,15 @@ dynamics is scaled by 0.5 at each step; the gradient norm is clipped to 5.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import copy
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ez_robot.config import Config
-from ez_robot.inference import effective_search_config
+from ez_robot.errors import RunError
+from ez_robot.inference import search_config
 from ez_robot.networks import scalar_to_support, scale_gradient, support_to_scalar
 from ez_robot.reanalyze import Targets
 from ez_robot.targets import BatchContext
@@ -39,20 +40,23 @@ def augment(obs: torch.Tensor, generator: torch.Generator, max_shift: int = 4) -
     return (shifted * scale).clamp(0, 255).round().to(torch.uint8)
 
 
-@dataclass
 class Learner:
-    net: torch.nn.Module
-    config: Config
-    total_train_steps: int
-    device: torch.device
-    train_steps: int = 0
+    """The network being trained, its optimizer, and the two snapshots of it the rest of
+    a run uses: the target network (reanalyze, refreshed every ``target_update_interval``
+    steps) and the acting network (self-play, every ``selfplay_update_interval``).
+    ``versions`` says at which training step each snapshot was taken."""
 
-    def __post_init__(self):
-        t = self.config.train
+    def __init__(self, net: torch.nn.Module, config: Config, total_train_steps: int, device: torch.device):
+        t = config.train
+        self.net, self.config, self.total_train_steps, self.device = net.to(device), config, total_train_steps, device
+        self.target_net = copy.deepcopy(self.net).eval()
+        self.acting_net = copy.deepcopy(self.net).eval()
+        self.versions = {"target": 0, "acting": 0}
+        self.train_steps = 0
         self.optimizer = torch.optim.SGD(self.net.parameters(), lr=t.lr, momentum=t.momentum,
                                          weight_decay=t.weight_decay)
-        self.generator = torch.Generator().manual_seed(self.config.seed)
-        self.lstm_horizon = effective_search_config(self.config.search, self.config.train.value_prefix).lstm_horizon
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.lstm_horizon = search_config(config).lstm_horizon
 
     def learning_rate(self, step: int) -> float:
         """Exponential decay from lr to lr_final over the run (the paper: 0.2 -> 0.02)."""
@@ -137,6 +141,7 @@ class Learner:
             raise FloatingPointError(f"non-finite gradient norm at training step {self.train_steps}")
         self.optimizer.step()
         self.train_steps += 1
+        self._refresh_snapshots()
 
         priorities = (value_0 - value_target[:, 0]).abs().cpu().numpy() + 1e-6
         metrics = {
@@ -150,3 +155,40 @@ class Learner:
             "target_value_mean": float(targets.value[:, 0].mean()),
         }
         return metrics, priorities
+
+    def _refresh_snapshots(self) -> None:
+        t = self.config.train
+        for kind, net, interval in (("acting", self.acting_net, t.selfplay_update_interval),
+                                    ("target", self.target_net, t.target_update_interval)):
+            if self.train_steps % interval == 0:
+                net.load_state_dict(self.net.state_dict())
+                self.versions[kind] = self.train_steps
+
+    def weights(self, kind: str = "model") -> dict:
+        """CPU copies of the weights of ``model`` (being trained), ``target`` or ``acting``."""
+        net = {"model": self.net, "target": self.target_net, "acting": self.acting_net}[kind]
+        return {name: value.detach().to("cpu", copy=True) for name, value in net.state_dict().items()}
+
+    def state_dict(self) -> dict:
+        return {"model": self.net.state_dict(), "target_model": self.target_net.state_dict(),
+                "acting_model": self.acting_net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "train_steps": self.train_steps, "versions": dict(self.versions),
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`; :class:`RunError` when the weights do not fit."""
+        try:
+            self.net.load_state_dict(state["model"])
+            self.target_net.load_state_dict(state["target_model"])
+            self.acting_net.load_state_dict(state["acting_model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as error:
+            detail = " ".join(str(error).split())
+            raise RunError(f"the checkpoint's weights do not fit the network its config describes: "
+                           f"{detail[:400]}") from None
+        self.train_steps = int(state["train_steps"])
+        t = self.config.train
+        self.versions = dict(state.get("versions") or {
+            "acting": self.train_steps // t.selfplay_update_interval * t.selfplay_update_interval,
+            "target": self.train_steps // t.target_update_interval * t.target_update_interval})
+        self.generator.set_state(state["generator"])

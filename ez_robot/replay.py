@@ -145,6 +145,21 @@ class ReplayBuffer:
                 self._priorities[i][pos] = p
         self._max_priority = max(self._max_priority, float(priorities.max()))
 
+    def state_dict(self) -> dict:
+        """Priorities and ids (the segments themselves are stored by
+        :class:`ez_robot.checkpoint.ReplayFiles`, each once)."""
+        return {"first_id": self._first_id, "priorities": [p.copy() for p in self._priorities],
+                "max_priority": self._max_priority}
+
+    @classmethod
+    def from_state_dict(cls, config: ReplayConfig, state: dict, segments: list) -> "ReplayBuffer":
+        """The buffer :meth:`state_dict` described, holding ``segments`` (oldest first)."""
+        priorities = [np.array(p, np.float64) for p in state["priorities"]]
+        if len(priorities) != len(segments):
+            raise ValueError(f"{len(segments)} segments for {len(priorities)} priority arrays")
+        return cls(config, segments=list(segments), _priorities=priorities, _first_id=int(state["first_id"]),
+                   _max_priority=float(state["max_priority"]), _num_moves=sum(s.num_own for s in segments))
+
     def probabilities(self) -> np.ndarray:
         """P(i) of every stored move, in storage order (tests, diagnostics)."""
         scaled = np.concatenate(self._priorities) ** self.config.priority_alpha

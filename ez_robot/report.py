@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ez_robot.evaluation import RunError, human_normalized
+from ez_robot.errors import RunError
+from ez_robot.evaluation import human_normalized
 
 __all__ = ["RunRecord", "read_run", "bootstrap_ci", "iqm", "aggregate_atari", "write_report"]
 

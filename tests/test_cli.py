@@ -2,7 +2,6 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -36,11 +35,34 @@ def test_tasks_filter():
     (["--task", "cartpole_swingup", "--workers", "0", "--address", "auto"], "--address is for the Ray trainer"),
     (["--task", "gym:CartPole-v1", "--address", "127.0.0.1:9"], "no Ray cluster answers at 127.0.0.1:9"),
     (["--task", "gym:CartPole-v1", "--address", "headnode"], "is not auto, host:port or ray://host:port"),
+    (["--task", "gym:CartPole-v1", "--set", "search.num_simulations=999999999999"],
+     "search.num_simulations must be in [0, 100000], got 999999999999"),
+    (["--task", "gym:CartPole-v1", "--set", "train.lr=inf"], "train.lr must be a finite number"),
+    (["--task", "gym:CartPole-v1", "--set", "env.task=atari:Pong"],
+     "--set env.task=atari:Pong disagrees with --task gym:CartPole-v1"),
 ])
-def test_train_user_errors_are_messages_not_tracebacks(args, message):
-    out = ez("train", *args)
+def test_train_user_errors_are_messages_not_tracebacks(args, message, tmp_path):
+    out = ez("train", *args, "--run-dir", str(tmp_path / "run"))
     assert out.returncode != 0
     assert message in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "run").exists()  # nothing left behind
+
+
+def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
+    """Only ez-robot's own error types become one-line messages: anything else (a bug, here
+    a ValueError from deep inside) reaches the user with its traceback."""
+    from click.testing import CliRunner
+
+    from ez_robot import trainer
+    from ez_robot.cli import main
+
+    def broken(*args, **kwargs):
+        raise ValueError("an internal mistake")
+
+    monkeypatch.setattr(trainer, "train", broken)
+    result = CliRunner().invoke(main, ["train", "--task", "gym:CartPole-v1", "--workers", "0", "--quiet",
+                                       "--run-dir", str(tmp_path / "run")])
+    assert isinstance(result.exception, ValueError) and str(result.exception) == "an internal mistake"
 
 
 def test_train_smoke(tmp_path):

@@ -55,10 +55,16 @@ def test_overrides_and_round_trip():
 @pytest.mark.parametrize("override,match", [
     ("train.lrr=0.1", r"unknown config key 'train.lrr'; did you mean: train.lr"),
     ("serch.num_simulations=3", r"did you mean: search.num_simulations"),
-    ("search.num_simulations=-1", r"search.num_simulations must be >= 0, got -1"),
+    ("search.num_simulations=-1", r"search.num_simulations must be in \[0, 100000\], got -1"),
+    ("search.num_simulations=999999999999", r"search.num_simulations must be in \[0, 100000\], got 999999999999"),
+    ("train.lr=inf", r"train.lr must be a finite number, got 'inf'"),
+    ("train.lr=.inf", r"train.lr must be a finite number, got inf"),
+    ("train.lr=nan", r"train.lr must be a finite number"),
+    ("search.c1=1e999", r"search.c1 must be a finite number"),
+    ("env.task=atari:Pong", r"--set env.task=atari:Pong disagrees with --task cartpole_swingup"),
     ("train.lr=fast", r"train.lr must be float, got 'fast'"),
     ("train.consistency=maybe", r"train.consistency must be bool"),
-    ("env.obs=rgb", r"env.obs must be 'state' or 'pixels'"),
+    ("env.obs=pixels", r"--set env.obs=pixels disagrees with --obs state"),
     ("replay.priority_alpha=2", r"replay.priority_alpha must be in \[0, 1\]"),
     ("lr", r"bad --set 'lr': write key=value"),
 ])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ez_robot.config import load_config
-from ez_robot.inference import TorchInference, effective_search_config, run_search
+from ez_robot.inference import TorchInference, run_search, search_config
 from ez_robot.learner import Learner, augment
 from ez_robot.networks import make_network
 from ez_robot.reanalyze import reanalyze
@@ -48,13 +48,13 @@ def setup(config, segments=20, seed=0):
 
 def batch(config, net, replay, rng, target_net=None):
     t = config.train
-    search_config = effective_search_config(config.search, t.value_prefix)
+    searched = search_config(config)
     ref = replay.sample(t.batch_size, 0.4, rng)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.full(t.batch_size, t.td_steps),
-                              discount=search_config.discount, lstm_horizon=search_config.lstm_horizon,
+                              discount=searched.discount, lstm_horizon=searched.lstm_horizon,
                               num_actions=ACTIONS, rng=rng)
     inference = TorchInference((target_net or copy.deepcopy(net)).eval())
-    targets = reanalyze(context, ref.segments, inference, search_config, rng, policy_ratio=t.reanalyze_policy_ratio,
+    targets = reanalyze(context, ref.segments, inference, searched, rng, policy_ratio=t.reanalyze_policy_ratio,
                         off_policy_correction=t.off_policy_correction)
     return ref, context, targets
 
@@ -84,9 +84,8 @@ def test_overfit_mdp_search_picks_optimal_action():
         replay.update_priorities(ref.segment_ids, ref.positions, priorities)
         if step % 20 == 0:
             target.load_state_dict(net.state_dict())
-    search_config = effective_search_config(config.search, True).replace(add_noise=False, temperature=0.0,
-                                                                         num_simulations=16)
-    out = run_search(TorchInference(net.eval()), np.eye(STATES, dtype=np.float32), search_config,
+    greedy = search_config(config).replace(add_noise=False, temperature=0.0, num_simulations=16)
+    out = run_search(TorchInference(net.eval()), np.eye(STATES, dtype=np.float32), greedy,
                      np.random.default_rng(0))
     np.testing.assert_array_equal(out.actions, np.arange(STATES) % 2)
 
@@ -121,7 +120,7 @@ def test_ablation_value_prefix_off():
     config = small_config("train.value_prefix=false")
     net, replay, rng = setup(config)
     assert not hasattr(net, "lstm")
-    assert effective_search_config(config.search, False).lstm_horizon == 1
+    assert search_config(config).lstm_horizon == 1
     ref, context, targets = batch(config, net, replay, rng)
     # per-step reward targets instead of running sums
     rewards = np.array([[s.rewards[p + u] if p + u < s.num_moves else 0.0 for u in range(5)]
@@ -172,15 +171,16 @@ def test_augment_shifts_and_keeps_dtype():
 def test_self_play_that_stops_mid_episode_keeps_every_move(tmp_path):
     """cartpole episodes last 125 decisions: a 100-decision budget ends inside the first
     one, and its moves must still reach replay (as a truncation that bootstraps)."""
-    from ez_robot.trainer import _RunFiles, _Training
+    from ez_robot.run_files import RunFiles
+    from ez_robot.trainer import _Run
 
     tiny = ["model.latent_dim=16", "model.mlp_hidden=32", "model.head_hidden=16", "model.lstm_hidden=16",
             "model.projection_hidden=32", "model.projection_out=32", "model.support_size=10",
             "search.num_simulations=2", "replay.min_replay_size=100"]
     config = load_config("cartpole_swingup", budget="800", overrides=tiny)
-    run = _Training(config, torch.device("cpu"), num_envs=2)
-    files = _RunFiles(tmp_path, config)
-    while run.counters.agent_steps < run.budget_steps:
+    run = _Run(config, torch.device("cpu"), num_envs=2)
+    files = RunFiles(tmp_path, config)
+    while run.counters.agent_steps < config.agent_steps_budget:
         run.collect(files)
     files.close()
     assert run.counters.agent_steps == 100 and run.counters.episodes == 0

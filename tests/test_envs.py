@@ -1,7 +1,6 @@
 """DMControl and classic-control envs, the task registry and its errors."""
 import pickle
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env

@@ -99,11 +99,23 @@ def test_atari_video_shows_the_game_screen_and_eval_mode_keeps_raw_scores(tmp_pa
     assert float(result.returns[0]).is_integer()  # raw Pong points, not clipped rewards of a life
 
 
-def test_video_of_a_task_without_a_renderer_is_a_clear_error(tmp_path):
+def test_classic_control_videos_show_the_rendered_env(tmp_path):
+    """The README's quick check (gym:CartPole-v1) makes videos too: Gymnasium renders it."""
     config = load_config("gym:CartPole-v1", overrides=TINY_MODEL)
     net = make_network((4,), 2, config.model)
-    with pytest.raises(Exception, match="no renderer"):
-        play(net, config, "cpu", episodes=1, seed=0, record=1, video_dir=tmp_path)
+    episodes = play(net, config, "cpu", episodes=1, seed=0, record=1, video_dir=tmp_path)
+    frames, shape = count_frames(episodes.videos[0])
+    assert frames == episodes.lengths[0] + 1 and shape == (400, 600, 3)
+
+
+def test_video_of_an_env_without_a_renderer_is_a_clear_error():
+    from ez_robot.envs import render_frame
+    from ez_robot.errors import ConfigError
+
+    import gymnasium as gym
+
+    with pytest.raises(ConfigError, match="has no renderer ez-robot can record"):
+        render_frame(gym.make("CartPole-v1"))  # made without render_mode
 
 
 def test_human_normalized_scores_against_hand_computed_values():
@@ -115,11 +127,17 @@ def test_human_normalized_scores_against_hand_computed_values():
     assert human_normalized("cartpole_swingup", 500.0) is None
 
 
+class Exploit:
+    def __reduce__(self):
+        return (print, ("this ran while loading a checkpoint",))
+
+
 @pytest.mark.parametrize("setup,message", [
     ("missing", "is not a directory"),
     ("empty", "has not saved a checkpoint"),
     ("corrupt", "cannot be read"),
-    ("not_ours", "not an ez-robot checkpoint"),
+    ("not_ours", "is not an ez-robot training checkpoint"),
+    ("pickled_code", "holds Python objects other than tensors"),
     ("old_format", "checkpoint format"),
 ])
 def test_bad_run_directories_are_clear_errors(tmp_path, tiny_run, setup, message):
@@ -130,6 +148,8 @@ def test_bad_run_directories_are_clear_errors(tmp_path, tiny_run, setup, message
         (run / "checkpoints" / "latest.pt").write_bytes(b"\x80\x04 not a checkpoint")
     if setup == "not_ours":
         torch.save({"weights": 1}, run / "checkpoints" / "latest.pt")
+    if setup == "pickled_code":  # a shared checkpoint that would run code when unpickled
+        torch.save({"format": 2, "payload": Exploit()}, run / "checkpoints" / "latest.pt")
     if setup == "old_format":
         state = torch.load(tiny_run / "checkpoints" / "latest.pt", weights_only=False)
         state["format"] = 0
@@ -137,6 +157,7 @@ def test_bad_run_directories_are_clear_errors(tmp_path, tiny_run, setup, message
     out = ez("eval", str(run), "--quiet")
     assert out.returncode != 0
     assert message in out.stderr and "Traceback" not in out.stderr
+    assert "this ran while loading" not in out.stdout + out.stderr  # nothing in a checkpoint runs
 
 
 def test_report_writes_curves_and_a_table_across_seeds(tmp_path, tiny_run):

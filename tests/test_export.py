@@ -17,15 +17,14 @@ import torch
 
 import ez_robot
 from ez_robot import search
-from ez_robot.config import config_to_dict, load_config
+from ez_robot.config import load_config
 from ez_robot.envs import make_from_config
 from ez_robot.envs.dmc import discrete_action_table
 from ez_robot.export import onnx_export
 from ez_robot.export.onnx_export import ExportError, export_model, export_run
 from ez_robot.export.runtime import BUNDLE_FORMAT, BundleError, ObservationError, Policy
-from ez_robot.inference import TorchInference, effective_search_config
+from ez_robot.inference import TorchInference, search_config
 from ez_robot.networks import make_network, support_to_scalar
-from ez_robot.trainer import CHECKPOINT_FORMAT
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = ["model.latent_dim=16", "model.mlp_hidden=32", "model.head_hidden=16", "model.lstm_hidden=16",
@@ -59,12 +58,13 @@ def tiny_model(task, obs="state", overrides=()):
 
 
 def save_checkpoint(run_dir, net, config):
-    (run_dir / "checkpoints").mkdir(parents=True)
-    torch.save({"format": CHECKPOINT_FORMAT, "ez_robot_version": ez_robot.__version__,
-                "torch_version": torch.__version__, "config": config_to_dict(config),
-                "obs_shape": tuple(net.obs_shape), "num_actions": net.num_actions, "model": net.state_dict(),
-                "counters": {"agent_steps": 123, "env_frames": 984}},
-               run_dir / "checkpoints" / "latest.pt")
+    from ez_robot.builders import EnvSpec, make_learner
+    from ez_robot.checkpoint import write_checkpoint
+    from ez_robot.schedules import Counters
+
+    spec = EnvSpec(tuple(net.obs_shape), net.num_actions)
+    write_checkpoint(run_dir, trainer="single", config=config, spec=spec, counters=Counters(123, 984),
+                     learner=make_learner(config, spec, "cpu", weights=net.state_dict()).state_dict(), replay=None)
     return run_dir
 
 
@@ -104,8 +104,7 @@ def observations_for(net, batch, seed=0):
 
 def torch_greedy_search(net, config, observations):
     inference = TorchInference(net, "cpu")
-    greedy = effective_search_config(config.search, config.train.value_prefix).replace(add_noise=False,
-                                                                                     temperature=0.0)
+    greedy = search_config(config).replace(add_noise=False, temperature=0.0)
     return search(inference.root(observations), inference.recurrent_fn, greedy, np.random.default_rng(0))
 
 
@@ -299,7 +298,15 @@ def garbage_with_its_hash(bundle):
     (edit_manifest(format_version=2), "bundle format version 2 .* this runtime reads version 1"),
     (edit_manifest(format="something-else"), "has format 'something-else'"),
     (garbage_with_its_hash, "onnxruntime cannot load .*initial.onnx"),
-    (edit_manifest(search={"num_simulations": 5, "c3": 1.0}), "not valid for this runtime: TypeError"),
+    (edit_manifest(search={"num_simulations": 5, "c3": 1.0}), "the search settings are not valid: .*c3"),
+    (edit_manifest(files=None), "'files' must be an object, got None"),
+    (edit_manifest(search={"num_simulations": -3}), r"search settings are not valid: .*num_simulations must be in"),
+    (edit_manifest(observation={"shape": [6], "dtype": "float32", "kind": "state"}),
+     r"says observations have shape \[6\], but initial.onnx takes \[5\]"),
+    (edit_manifest(observation={"shape": [5], "dtype": "uint8", "kind": "state"}),
+     "says observations are uint8, but initial.onnx takes float32"),
+    (edit_manifest(observation={"shape": "5", "dtype": "float32"}), "observation.shape must be a list"),
+    (edit_manifest(action={"kind": "discrete", "num_actions": 7}), "says there are 7 actions, but initial.onnx"),
 ])
 def test_unusable_bundles_are_named(state, tmp_path, change, message):
     with pytest.raises(BundleError, match=message):

@@ -1,20 +1,19 @@
 """The Ray trainer: same algorithm and metrics as the single-process trainer, workers that
-die are restarted, environments that raise are made again without writing half an
-episode to replay.  Ray runs for real (``local_mode`` is gone): one local instance for
+die are restarted.  Ray runs for real (``local_mode`` is gone): one local instance for
 the module."""
 import json
 import os
 import threading
 import time
 
-import gymnasium as gym
 import pytest
 import ray
 import torch
 
+from ez_robot.checkpoint import CHECKPOINT_FORMAT
 from ez_robot.config import load_config
 from ez_robot.evaluation import load_run
-from ez_robot.ray_trainer import init_ray
+from ez_robot.ray_cluster import init_ray
 
 TINY = ["replay.min_replay_size=60", "train.batch_size=8", "search.num_simulations=4",
         "train.train_steps_per_agent_step=0.25", "train.eval_episodes=2"]
@@ -41,72 +40,8 @@ def records(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-# --- environments that raise (no Ray needed) --------------------------------------------
-
-class FlakyCartPole(gym.Wrapper):
-    """CartPole whose ``fail_at``-th step (counted over all instances) raises."""
-
-    steps = 0
-
-    def __init__(self, fail_at: set):
-        super().__init__(gym.make("CartPole-v1"))
-        self.fail_at = fail_at
-
-    def step(self, action):
-        FlakyCartPole.steps += 1
-        if FlakyCartPole.steps in self.fail_at:
-            raise RuntimeError(f"simulator blew up at step {FlakyCartPole.steps}")
-        return self.env.step(action)
-
-
-def flaky_actor(fail_at: set, num_envs=2, segment_length=5):
-    from ez_robot.actor import Actor
-    from ez_robot.inference import TorchInference
-    from ez_robot.networks import make_network
-    from ez_robot.ray_trainer import _GuardedEnv
-
-    config = load_config("gym:CartPole-v1", overrides=TINY)
-    FlakyCartPole.steps = 0
-    envs = [_GuardedEnv(lambda seed: FlakyCartPole(fail_at), seed=i) for i in range(num_envs)]
-    net = make_network((4,), 2, config.model).eval()
-    actor = Actor(envs, TorchInference(net), config.search, segment_length=segment_length, tail_length=2,
-                  frame_stack=1, seed=0)
-    return actor, envs
-
-
-def test_an_env_that_raises_is_made_again_and_its_unfinished_episode_dropped():
-    from ez_robot.ray_trainer import _drop_failed
-
-    actor, envs = flaky_actor(fail_at={23})  # env 0 at its 12th step
-    kept, dropped_moves, decisions = [], 0, 15
-    for _ in range(decisions):
-        unsaved = [len(t.actions) for t in actor.trajectories]
-        segments, episodes = actor.step(0, 1.0)
-        # a failed env loses the moves not yet cut into a segment, and the failed move
-        dropped_moves += sum(unsaved[i] + 1 for i, env in enumerate(envs) if env.failed)
-        segments, episodes = _drop_failed(envs, segments, episodes)
-        kept += segments
-    assert envs[0].failures == 1 and envs[1].failures == 0 and dropped_moves > 0
-    # every move is in exactly one stored segment, dropped, or in an unfinished trajectory
-    pending = sum(len(t.actions) for t in actor.trajectories)
-    assert sum(s.num_own for s in kept) + dropped_moves + pending == decisions * len(envs)
-    for segment in kept:  # no stored segment holds the failed move (reward 0, a repeated observation)
-        assert segment.rewards.min() == 1.0
-    actor.step(0, 1.0)  # the remade env goes on
-    assert not envs[0].failed and envs[0].failures_in_a_row == 0
-
-
-def test_too_many_env_failures_in_a_row_stop_with_the_error():
-    from ez_robot.ray_trainer import EnvironmentFailed
-
-    actor, envs = flaky_actor(fail_at=set(range(1, 1000)), num_envs=1)
-    with pytest.raises(EnvironmentFailed, match="failed 6 times in a row.*simulator blew up"):
-        for _ in range(10):
-            actor.step(0, 1.0)
-
-
 def test_a_cluster_without_free_resources_for_the_run_is_named_in_words():
-    from ez_robot.ray_trainer import resource_shortfall
+    from ez_robot.ray_cluster import resource_shortfall
 
     assert resource_shortfall({"CPU": 4.0}, {"CPU": 4.0, "memory": 1e9}) is None
     assert resource_shortfall({"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0}) is None  # a CPU-only run on a CPU cluster
@@ -136,7 +71,7 @@ def test_both_trainers_write_the_same_kinds_of_metrics(local_ray, tmp_path):
     run = load_run(tmp_path / "ray")  # the Ray trainer's checkpoint is the same format
     assert run.counters["train_steps"] == 60
     meta = json.loads((tmp_path / "ray" / "checkpoints" / "latest.json").read_text())
-    assert meta["trainer"] == "ray" and meta["format"] == 1 and meta["torch_version"] == torch.__version__
+    assert meta["trainer"] == "ray" and meta["format"] == CHECKPOINT_FORMAT and meta["torch_version"] == torch.__version__
 
 
 def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
@@ -154,11 +89,11 @@ def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
             names = ray.util.list_named_actors()
             storage = [n for n in names if n.endswith("-storage")]
             if storage:
-                counters = ray.get(ray.get_actor(storage[0]).get_counters.remote())
-                if counters["train_steps"] >= 10:
+                counters = ray.get(ray.get_actor(storage[0]).progress.remote())["counters"]
+                if counters.train_steps >= 10:
                     for suffix in ("-selfplay-0", "-reanalyze-0"):
                         ray.kill(ray.get_actor(next(n for n in names if n.endswith(suffix))), no_restart=False)
-                        killed.append((suffix, counters["agent_steps"]))
+                        killed.append((suffix, counters.agent_steps))
                     return
             time.sleep(0.1)
 
@@ -187,3 +122,33 @@ def test_both_trainers_learn_cartpole(local_ray, tmp_path):
                                     progress=False)
     for name, summary in (("single-process", single), ("ray", distributed)):
         assert summary["last_eval"]["mean"] > 100, (name, summary["last_eval"])
+
+
+def test_the_embedded_ray_serves_no_dashboard(local_ray):
+    """Ray always starts its API-server process (``dashboard.py``); the embedded instance
+    starts it without the web UI and without usage statistics, as the README says."""
+    import urllib.error
+    import urllib.request
+
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen("http://127.0.0.1:8265/", timeout=2)
+    assert os.environ["RAY_USAGE_STATS_ENABLED"] == "0"
+
+
+def test_the_learner_trains_only_on_what_self_play_has_played():
+    """Self-play is granted its decisions before it plays them (8 per request, two
+    requests ahead).  The learner's ratio counts the decisions played and reported, never
+    the ones granted: counted at grant time, the learner trained up to 16 decisions' worth
+    of steps on data that did not exist yet, which the single-process trainer never does."""
+    from ez_robot.ray_workers import STEPS_PER_REQUEST, SharedStorage
+    from ez_robot.schedules import Counters, train_steps_due
+
+    config = load_config("gym:CartPole-v1", budget="2k", overrides=["replay.min_replay_size=500"])
+    storage = SharedStorage(config, Counters(agent_steps=600, train_steps=300), {"acting": (0, {})}, lead=16)
+    storage.set_replay_moves(600)
+    for _ in range(2):
+        assert storage.request_steps(STEPS_PER_REQUEST, 1)["granted"] == STEPS_PER_REQUEST
+    assert storage.progress()["counters"].agent_steps == 616 and storage.progress()["played"] == 600
+    assert train_steps_due(config, storage.progress()["played"]) == 300  # nothing new to train on yet
+    storage.report(STEPS_PER_REQUEST, [], [], {})
+    assert train_steps_due(config, storage.progress()["played"]) == 304

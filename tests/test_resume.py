@@ -14,11 +14,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from ez_robot.checkpoint import ReplayFiles, read_checkpoint, resume_config, write_checkpoint
+from ez_robot.builders import EnvSpec
+from ez_robot.checkpoint import CHECKPOINT_FORMAT, ReplayFiles, read_checkpoint, resume_config, saved_config, \
+    write_checkpoint
 from ez_robot.cli import main
 from ez_robot.config import ReplayConfig, load_config
 from ez_robot.evaluation import load_run
 from ez_robot.replay import ReplayBuffer, Segment
+from ez_robot.schedules import Counters
 from ez_robot.trainer import train
 
 TINY = ["replay.min_replay_size=60", "train.batch_size=8", "search.num_simulations=4",
@@ -96,11 +99,13 @@ def test_a_killed_run_resumes_where_its_checkpoint_stopped(tmp_path, workers):
     assert final["trainer"] == ("ray" if workers else "single")
 
 
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 @pytest.mark.parametrize("workers", [0, 1], ids=["single-process", "ray"])
-def test_ctrl_c_checkpoints_first_and_exits_cleanly(tmp_path, workers):
+def test_ctrl_c_and_sigterm_checkpoint_first_and_exit_cleanly(tmp_path, workers, how):
     """SIGINT to the whole process group, as a terminal's Ctrl-C sends it (Ray's worker
-    processes get it too): the run writes a checkpoint at exit, past the last periodic one,
-    says how to resume, and exits with 130 without a traceback."""
+    processes get it too), or SIGTERM to the process, as ``kill`` and a scheduler's time
+    limit send it: the run writes a checkpoint at exit, past the last periodic one, says
+    how to resume, and exits with 130 without a traceback."""
     run = tmp_path / "run"
     process = subprocess.Popen(
         [sys.executable, "-m", "ez_robot.cli", "train", "--task", "gym:CartPole-v1", "--budget", "4000",
@@ -116,7 +121,10 @@ def test_ctrl_c_checkpoints_first_and_exits_cleanly(tmp_path, workers):
             time.sleep(0.2)
         periodic = checkpoint_info(run)["counters"]
         time.sleep(3)  # past the periodic checkpoint
-        os.killpg(process.pid, signal.SIGINT)
+        if how == "ctrl-c":
+            os.killpg(process.pid, signal.SIGINT)
+        else:
+            process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=90)
     finally:
         if process.poll() is None:
@@ -147,10 +155,11 @@ def test_a_finished_run_extends_with_a_larger_budget(finished_run, tmp_path):
 
 def test_checkpoints_hold_what_resuming_needs(finished_run):
     state = read_checkpoint(finished_run)
-    for key in ("model", "target_model", "acting_model", "optimizer", "learner", "counters", "numpy_rng",
-                "actor_rng", "torch_rng", "config", "replay", "metrics_bytes"):
+    for key in ("learner", "counters", "rng", "actor", "config", "spec", "replay", "metrics_bytes"):
         assert key in state, key
-    assert state["format"] == 1 and state["torch_version"] == torch.__version__
+    for key in ("model", "target_model", "acting_model", "optimizer", "generator", "versions"):
+        assert key in state["learner"], key
+    assert state["format"] == CHECKPOINT_FORMAT and state["torch_version"] == torch.__version__
     assert state["ez_robot_version"] and state["learner"]["train_steps"] == state["counters"]["train_steps"] == 30
     assert state["metrics_bytes"] == (finished_run / "metrics.jsonl").stat().st_size
     info = checkpoint_info(finished_run)
@@ -168,7 +177,9 @@ def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(finished_run, 
 
     monkeypatch.setattr(torch, "save", dies_half_way)
     with pytest.raises(KeyboardInterrupt):
-        write_checkpoint(run, {**state, "counters": {**state["counters"], "train_steps": 999}})
+        write_checkpoint(run, trainer="single", config=saved_config(state), spec=EnvSpec.from_state_dict(state["spec"]),
+                         counters=Counters.from_state_dict({**state["counters"], "train_steps": 999}),
+                         learner=state["learner"], replay=state["replay"])
     monkeypatch.undo()
     assert read_checkpoint(run)["counters"]["train_steps"] == 30
 
@@ -237,6 +248,133 @@ def test_checkpoints_that_cannot_be_resumed_are_clear_errors(finished_run, tmp_p
     assert result.exit_code != 0
     assert message in result.output and "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def truncate_a_segment(run):
+    path = sorted((run / "checkpoints" / "replay").glob("*.npz"))[1]
+    path.write_bytes(path.read_bytes()[:-40])
+
+
+def flip_a_bit_in_a_segment(run):
+    path = sorted((run / "checkpoints" / "replay").glob("*.npz"))[0]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [truncate_a_segment, flip_a_bit_in_a_segment], ids=["truncated", "bit-flip"])
+@pytest.mark.parametrize("workers", ["0", "1"], ids=["single-process", "ray"])
+def test_a_damaged_replay_segment_is_named_before_training_starts(finished_run, tmp_path, damage, workers):
+    run = copy_of(finished_run, tmp_path)
+    damage(run)
+    result = CliRunner().invoke(main, ["train", "--resume", str(run), "--quiet", "--budget", "240",
+                                       "--workers", workers])
+    assert result.exit_code == 1, result.output
+    assert "is damaged (its CRC-32 differs" in result.output and "--no-replay-checkpoint" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("workers", ["0", "1"], ids=["single-process", "ray"])
+def test_resuming_without_the_replay_and_too_little_budget_to_refill_it_stops_with_what_to_do(
+        finished_run, tmp_path, workers):
+    """The recovery the replay errors suggest, with a budget only 30 steps larger: the empty
+    replay could never reach min_replay_size (60), so training would wait forever."""
+    run = copy_of(finished_run, tmp_path)
+    result = CliRunner().invoke(main, ["train", "--resume", str(run), "--quiet", "--budget", "150",
+                                       "--no-replay-checkpoint", "--workers", workers])
+    assert result.exit_code != 0, result.output
+    assert "the replay buffer holds 0 moves" in result.output and "give --budget 180 or more" in result.output
+    summary = train(resume_config(read_checkpoint(run), budget="180"), run, device="cpu", progress=False,
+                    resume=read_checkpoint(run), replay_checkpoint=False)  # the budget it names is enough
+    assert (summary["agent_steps"], summary["train_steps"]) == (180, 45)
+
+
+def test_a_run_whose_replay_can_no_longer_fill_stops_instead_of_waiting(tmp_path, monkeypatch):
+    """Self-play spends its budget but failed envs lost moves: the replay stays below
+    min_replay_size, so no training step can ever run.  The run stops with the reason
+    (and its checkpoint) rather than spin."""
+    from ez_robot import builders
+    from ez_robot.errors import TrainingAborted
+    from tests.test_guard import FlakyCartPole
+
+    FlakyCartPole.steps = 0
+    monkeypatch.setattr(builders, "_make_train_env",
+                        lambda env_config, seed: FlakyCartPole(set(range(8, 10_000, 8))))  # episodes never end
+    config = load_config("gym:CartPole-v1", budget="100", overrides=TINY)
+    with pytest.raises(TrainingAborted, match=r"training cannot reach its 25 steps: the replay buffer holds \d+ moves"):
+        train(config, tmp_path, device="cpu", progress=False)
+    assert checkpoint_info(tmp_path)["counters"]["agent_steps"] == 100
+
+
+def test_a_resumed_run_keeps_its_trainer(finished_run, tmp_path):
+    run = copy_of(finished_run, tmp_path)
+    result = CliRunner().invoke(main, ["train", "--resume", str(run), "--quiet", "--budget", "160"])
+    assert result.exit_code == 0, result.output
+    assert "single-process trainer" in result.output and checkpoint_info(run)["trainer"] == "single"
+
+
+KILLED_AFTER_SECOND_EVALUATION = """
+import os, sys
+from ez_robot import ray_trainer, trainer
+from ez_robot.config import load_config
+from ez_robot.run_files import RunFiles
+
+log, evals = RunFiles.log, []
+
+def log_then_die(self, kind, counters, **values):
+    log(self, kind, counters, **values)
+    if kind == "eval":
+        evals.append(counters.agent_steps)
+        if len(evals) == 2:
+            os._exit(9)  # killed: nothing after this record, no checkpoint at exit
+
+RunFiles.log = log_then_die
+config = load_config("gym:CartPole-v1", budget=sys.argv[3], overrides=sys.argv[4:])
+options = dict(device="cpu", progress=False, checkpoint_interval=10, eval_interval=40)
+if sys.argv[2] == "0":
+    trainer.train(config, sys.argv[1], **options)
+else:
+    ray_trainer.train(config, sys.argv[1], workers=1, reanalyze_workers=0, **options)
+"""
+
+
+@pytest.mark.parametrize("workers,budget", [(0, 240), (1, 1000)], ids=["single-process", "ray"])
+def test_an_evaluation_lost_with_a_killed_run_is_redone_after_resume(tmp_path, workers, budget):
+    """A checkpoint taken before an evaluation was logged: the resumed run evaluates at
+    that point again, so the curve has no gap (evaluations every 40 agent steps)."""
+    run = tmp_path / "run"
+    out = subprocess.run([sys.executable, "-c", KILLED_AFTER_SECOND_EVALUATION, str(run), str(workers), str(budget),
+                          *TINY], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 9, out.stderr
+    state = read_checkpoint(run)
+    pending = state["counters"]["next_eval"]  # the first evaluation the checkpoint has no record of
+    options = dict(device="cpu", progress=False, checkpoint_interval=10, eval_interval=40, resume=state)
+    if workers:
+        from ez_robot import ray_trainer
+
+        ray_trainer.train(resume_config(state), run, workers=1, reanalyze_workers=0, **options)
+    else:
+        train(resume_config(state), run, **options)
+    logged = records(run)
+    resumed = next(i for i, r in enumerate(logged) if r["kind"] == "resume")
+    before = [r["agent_steps"] for r in logged[:resumed] if r["kind"] == "eval"]
+    after = [r["agent_steps"] for r in logged[resumed:] if r["kind"] == "eval"]
+    # the second evaluation was lost with the kill: the checkpoint has it pending
+    assert 40 < pending <= state["counters"]["agent_steps"] and all(step < pending for step in before), before
+    if workers:  # Ray evaluates asynchronously: the lost one is taken at once after the resume
+        assert pending <= after[0] <= state["counters"]["agent_steps"] + 32, (state["counters"], after)
+    else:  # one process: the schedule is exact
+        assert pending == 80 and before == [40] and [step // 40 for step in after] == [2, 3, 4, 5, 6], after
+
+
+def test_a_run_that_diverges_before_its_first_checkpoint_says_there_is_none(tmp_path):
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", "--task", "gym:CartPole-v1", "--budget", "120", "--workers", "0",
+                                       "--run-dir", str(run), "--quiet", *TINY_ARGS, "--set", "train.lr=1e30",
+                                       "--set", "train.lr_final=1e30"])
+    assert result.exit_code == 1, result.output
+    assert "training diverged" in result.output and "no checkpoint was written before it" in result.output
+    assert not (run / "checkpoints" / "latest.pt").exists()
 
 
 def test_a_new_run_does_not_overwrite_an_existing_one(finished_run):

@@ -130,9 +130,25 @@ def test_search_rejects_bad_roots_and_model_outputs():
     with pytest.raises(ValueError, match=r"policy_logits must have shape \(3, 4\), got \(3, 2\)"):
         search(root, short_model, config, np.random.default_rng(0))
 
+    def tuple_model(hidden, actions, reset_mask):  # the root's hidden state is one array here
+        next_hidden, vp, v, logits = model(hidden, actions, reset_mask)
+        return (next_hidden, next_hidden), vp, v, logits
+
+    single = RootOutput(root.hidden[0], root.value_prefix, root.value, root.policy_logits)
+    with pytest.raises(ValueError, match="returned a tuple of 2 as the hidden state, but the root's hidden state "
+                                         "was one array"):
+        search(single, lambda h, a, r: tuple_model((h, np.zeros(len(h), f32)), a, r), config,
+               np.random.default_rng(0))
+    with pytest.raises(TypeError, match="search needs rng, a numpy.random.Generator"):
+        search(root, model, config, None)
+    with pytest.raises(TypeError, match="search needs rng"):
+        search(root, model, config, 0)
+
 
 @pytest.mark.parametrize("field,value,match", [
-    ("num_simulations", -1, "num_simulations must be >= 0"), ("discount", -0.1, "discount must be in"),
+    ("num_simulations", -1, r"num_simulations must be in \[0, 100000\], got -1"),
+    ("num_simulations", 10**12, r"num_simulations must be in \[0, 100000\], got 1000000000000"),
+    ("c1", float("inf"), "c1 must be a finite number"), ("discount", -0.1, "discount must be in"),
     ("temperature", -1.0, "temperature must be >= 0"), ("dirichlet_fraction", 1.5, "dirichlet_fraction"),
     ("num_simulations", 2.5, "num_simulations must be an int"),
 ])

@@ -1,0 +1,35 @@
+"""Where a process computes: the torch device, and how many threads it uses."""
+from __future__ import annotations
+
+import torch
+
+from ez_robot.errors import ConfigError
+
+__all__ = ["resolve_device", "set_threads"]
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``auto`` is CUDA when torch sees a GPU, else the CPU."""
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for, but torch sees no CUDA device; use --device auto or cpu")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"--device must be auto, cpu or cuda, got {device!r}")
+    return torch.device(device)
+
+
+def set_threads(threads: int) -> None:
+    """Torch intra-op threads for this process.
+
+    One is the default everywhere: the search runs the networks on small batches, where
+    extra threads gain little, and when processes together ask for more threads than the
+    machine has cores, torch's OpenMP workers spin against each other.  Measured on the
+    2-core machine with a second busy process: a tiny run took 375 s with 2 threads and
+    7.7 s with 1.  Raise it for large learner batches on an otherwise idle machine.
+    """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"threads must be a whole number >= 1, got {threads!r}")
+    torch.set_num_threads(threads)

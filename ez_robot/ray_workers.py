@@ -1,0 +1,413 @@
+"""The Ray workers of a run: the objects of :mod:`ez_robot.builders` (actor, replay,
+learner) placed on Ray actors, and the shared storage between them::
+
+    SelfPlayWorker x N --segments--> ReplayWorker <--priorities-- LearnerWorker
+      (Actor: its envs,                (ReplayBuffer;               (Learner; asks 2 batches
+       one batched search)              sample + CPU context)        ahead per reanalyzer)
+            ^                                 |                           ^      |
+            | acting weights (every 100)      v                           |      | target
+       SharedStorage  <---counters---  Reanalyzer x M  --prepared batch---+      | weights
+      (counters, throttle,              (target-network search,                  | (every 200)
+       acting weights, events)           reanalyze())  <-------------------------+
+
+- The learner keeps two ``prepare`` calls queued on every reanalyze worker (Ray runs an
+  actor's calls in order), so a batch is ready when it asks; with no reanalyze worker it
+  reanalyzes in its own process.
+- The replay actor prepares the context (CPU) itself: it holds the segments, and shipping
+  a batch's context is far cheaper than shipping the segments it comes from.
+- Self-play and learning keep the single-process ratio: the learner trains up to
+  ``train_steps_per_agent_step`` x the agent steps self-play has *played*, and self-play
+  runs at most ``lead`` decisions ahead of the learner.
+- Workers find each other by name; a worker that Ray restarts pulls the latest weights.
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import ray
+import torch
+
+from ez_robot._timing import Stopwatch, TimedInference
+from ez_robot.builders import EnvSpec, make_actor, make_envs, make_learner, make_model, make_replay
+from ez_robot.checkpoint import ReplayFiles
+from ez_robot.config import Config
+from ez_robot.device import resolve_device, set_threads
+from ez_robot.errors import TrainingAborted
+from ez_robot.evaluation import evaluate
+from ez_robot.inference import search_config
+from ez_robot.reanalyze import Targets, reanalyze
+from ez_robot.schedules import TRAIN_LOG_INTERVAL, Counters, temperature_at, total_train_steps, train_steps_due
+from ez_robot.targets import BatchContext
+from ez_robot.trainer import sample_batch
+
+__all__ = ["SharedStorage", "ReplayWorker", "Reanalyzer", "LearnerWorker", "SelfPlayWorker", "evaluate_weights",
+           "STEPS_PER_REQUEST"]
+
+STEPS_PER_REQUEST = 8
+"""Decisions a self-play worker plays per request to the storage."""
+BATCHES_AHEAD_PER_REANALYZER = 2  # double buffering
+
+
+def _actor(name: str):
+    """A run's actor by name.  Workers find each other by name rather than receiving
+    handles as constructor arguments, which Ray cannot guarantee across restarts."""
+    return ray.get_actor(name)
+
+
+# --- shared storage ---------------------------------------------------------------------
+
+class SharedStorage:
+    """Counters, the throttle between self-play and learning, the acting and target
+    weights, worker starts, and the events the driver logs."""
+
+    def __init__(self, config: Config, counters: Counters, weights: dict, lead: int, restarts: int = 0):
+        self.config, self.counters, self.weights = config, counters, weights  # weights: {kind: (version, state)}
+        self.budget = config.agent_steps_budget
+        self.lead = lead  # agent steps self-play may run ahead of the learner's ratio
+        self.played = counters.agent_steps  # agent steps played and reported (granted ones may still be playing)
+        self.replay_moves, self.stopping, self.restarts = 0, False, restarts
+        self.starts: dict[str, int] = defaultdict(int)
+        self.events: list = []
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def request_steps(self, wanted: int, num_envs: int) -> dict:
+        """Grants up to ``wanted`` agent steps (whole decisions of ``num_envs``)."""
+        c, ratio = self.counters, self.config.train.train_steps_per_agent_step
+        ceiling = self.budget
+        if self.replay_moves >= self.config.replay.min_replay_size:
+            ceiling = min(ceiling, int(c.train_steps / ratio) + self.lead)
+        granted = min(wanted, ceiling - c.agent_steps)
+        granted = num_envs * -(-granted // num_envs) if granted > 0 and not self.stopping else 0
+        c.agent_steps += granted
+        c.env_frames += granted * self.config.env.action_repeat
+        return {"granted": granted, "train_steps": c.train_steps, "acting_version": self.weights["acting"][0],
+                "selfplay_done": c.agent_steps >= self.budget, "stop": self.stopping}
+
+    def report(self, steps: int, episodes: list, env_errors: list[str], seconds: dict) -> None:
+        """What a self-play worker played: ``steps`` agent steps, the episodes that ended."""
+        self.played += steps
+        for episode in episodes:
+            self.counters.add_episode(episode.episode_return)
+            self.events.append(("episode", self.counters.at(),
+                                {"episode_return": episode.episode_return, "length": episode.length}))
+        for error in env_errors:
+            self.events.append(("env_failure", self.counters.at(), {"error": error}))
+        self.add_seconds(seconds)
+
+    def add_seconds(self, seconds: dict) -> None:
+        for name, value in seconds.items():
+            self.seconds[name] += value
+
+    def set_weights(self, kind: str, version: int, state: dict) -> None:
+        self.weights[kind] = (version, state)
+
+    def get_weights(self, kind: str) -> tuple[int, dict]:
+        return self.weights[kind]
+
+    def set_train_steps(self, train_steps: int) -> None:
+        self.counters.train_steps = train_steps
+
+    def set_replay_moves(self, moves: int) -> None:
+        self.replay_moves = moves
+
+    def progress(self) -> dict:
+        """Counters, and the agent steps self-play has played (what the learner may train on)."""
+        return {"counters": self.counters.at(), "played": self.played}
+
+    def worker_started(self, kind: str, index: int) -> int:
+        """Counts a worker's (re)starts; returns how many times it started before."""
+        key = f"{kind}-{index}"
+        generation = self.starts[key]
+        self.starts[key] += 1
+        if generation:
+            self.restarts += 1
+            self.events.append(("restart", self.counters.at(), {"worker": key, "restarts": self.restarts}))
+        return generation
+
+    def drain(self) -> dict:
+        events, self.events = self.events, []
+        seconds, self.seconds = dict(self.seconds), defaultdict(float)
+        return {"counters": self.counters.at(), "events": events, "restarts": self.restarts, "seconds": seconds}
+
+    def stop(self) -> None:
+        self.stopping = True
+
+
+# --- replay -----------------------------------------------------------------------------
+
+class _BootstrapObservations:
+    """The observations reanalyze needs from one sampled segment (its bootstrap
+    observations), shipped instead of the whole segment."""
+
+    def __init__(self, segment, indices: np.ndarray):
+        self.by_index = {int(i): segment.observation(int(i)) for i in indices if i >= 0}
+
+    def observation(self, index: int) -> np.ndarray:
+        return self.by_index[int(index)]
+
+
+@dataclass
+class _Sample:
+    context: BatchContext
+    observations: list        # [B] _BootstrapObservations
+    segment_ids: np.ndarray   # [B] int64
+    positions: np.ndarray     # [B] int64
+    weights: np.ndarray       # [B] float32 importance-sampling weights
+
+
+class ReplayWorker:
+    """The replay buffer, and the CPU half of reanalyze (sampling and context)."""
+
+    def __init__(self, config: Config, storage: str, num_actions: int, seed: int, replay_dir: str | None,
+                 replay_state: dict | None):
+        self.config, self.storage, self.num_actions = config, _actor(storage), num_actions
+        self.rng = np.random.default_rng(seed)
+        self.files = ReplayFiles(replay_dir) if replay_dir else None
+        self.replay = self.files.load(config.replay, replay_state) if self.files and replay_state \
+            else make_replay(config)
+        ray.get(self.storage.set_replay_moves.remote(len(self.replay)))
+
+    def add(self, segments: list) -> None:
+        for segment in segments:
+            self.replay.add(segment)
+        self.storage.set_replay_moves.remote(len(self.replay))
+
+    def sample(self, train_steps: int) -> _Sample | None:
+        if not self.replay.ready():
+            return None
+        ref, context = sample_batch(self.replay, self.config, train_steps, self.num_actions, self.rng)
+        observations = [_BootstrapObservations(s, context.bootstrap_index[b]) for b, s in enumerate(ref.segments)]
+        return _Sample(context, observations, ref.segment_ids, ref.positions, ref.weights)
+
+    def update_priorities(self, segment_ids, positions, priorities) -> None:
+        self.replay.update_priorities(segment_ids, positions, priorities)
+
+    def save(self) -> dict | None:
+        return self.files.save(self.replay) if self.files else None
+
+    def prune(self, state: dict) -> None:
+        self.files.prune(state)
+
+    def size(self) -> int:
+        return len(self.replay)
+
+
+# --- reanalyze --------------------------------------------------------------------------
+
+@dataclass
+class _Prepared:
+    """A batch ready for a learner step."""
+    context: BatchContext
+    targets: Targets
+    weights: np.ndarray
+    segment_ids: np.ndarray
+    positions: np.ndarray
+    seconds: dict
+
+
+class Reanalyzer:
+    """Fresh target-network searches for sampled batches (the device half of reanalyze)."""
+
+    def __init__(self, index: int, config: Config, names: dict, spec: EnvSpec, device: str, threads: int, seed: int,
+                 remote: bool = True):
+        self.storage, self.replay = _actor(names["storage"]), _actor(names["replay"])
+        if remote:
+            set_threads(threads)
+            ray.get(self.storage.worker_started.remote("reanalyze", index))
+        self.config, self.stopwatch = config, Stopwatch()
+        self.rng = np.random.default_rng(seed)
+        self.dev = resolve_device(device)
+        self.search_config = search_config(config)
+        self.net = make_model(config, spec).to(self.dev).eval()
+        self.inference = TimedInference(self.net, self.dev, self.stopwatch, "reanalyze.inference")
+        self.target_version = -1
+
+    def prepare(self, train_steps: int, target_version: int) -> _Prepared | None:
+        """One batch: sample + context (replay actor), then reanalyze with the target network."""
+        if target_version != self.target_version:
+            self.target_version, weights = ray.get(self.storage.get_weights.remote("target"))
+            self.net.load_state_dict(weights)
+        with self.stopwatch("sample"):
+            sample = ray.get(self.replay.sample.remote(train_steps))
+        if sample is None:
+            return None
+        t = self.config.train
+        with self.stopwatch("reanalyze"):
+            targets = reanalyze(sample.context, sample.observations, self.inference, self.search_config, self.rng,
+                                policy_ratio=t.reanalyze_policy_ratio,
+                                off_policy_correction=t.off_policy_correction)
+        return _Prepared(sample.context, targets, sample.weights, sample.segment_ids, sample.positions,
+                         self.stopwatch.take())
+
+
+# --- learner ----------------------------------------------------------------------------
+
+class LearnerWorker:
+    """The learner and its networks; trains in chunks the driver asks for, and publishes
+    the acting and target weights to the storage when the learner refreshes them."""
+
+    def __init__(self, config: Config, names: dict, spec: EnvSpec, device: str, threads: int, weights: dict,
+                 resume: dict | None):
+        set_threads(threads)
+        # batches arrive through the object store, read-only; the learner only reads them
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        self.config, self.storage, self.replay = config, _actor(names["storage"]), _actor(names["replay"])
+        self.reanalyzers = [_actor(name) for name in names["reanalyzers"]]
+        self.dev, self.stopwatch = resolve_device(device), Stopwatch()
+        self.learner = make_learner(config, spec, self.dev, weights=weights)
+        if resume is not None:
+            self.learner.load_state_dict(resume)
+        self.published = dict(self.learner.versions)
+        self.local = None if self.reanalyzers else Reanalyzer(0, config, names, spec, device, threads,
+                                                              seed=config.seed + 1, remote=False)
+        self.pending: dict = {}  # request -> index of the reanalyze worker that prepares it
+        self.due = 0
+
+    @property
+    def train_steps(self) -> int:
+        return self.learner.train_steps
+
+    def train(self, stop_at: int, max_seconds: float) -> dict:
+        """Training steps until ``stop_at``, the ratio to self-play, or ``max_seconds``."""
+        records, start = [], time.perf_counter()
+        stop_at = min(stop_at, self.learner.total_train_steps)
+        while self.train_steps < stop_at and time.perf_counter() - start < max_seconds:
+            if self.train_steps >= self._due():
+                with self.stopwatch("learner.due_wait"):  # self-play is behind
+                    time.sleep(0.02)
+                continue
+            prepared = self._next_batch()
+            if prepared is None:  # the replay is still filling
+                continue
+            with self.stopwatch("learner"):
+                metrics, priorities = self.learner.step(prepared.context, prepared.targets, prepared.weights)
+            self.replay.update_priorities.remote(prepared.segment_ids, prepared.positions, priorities)
+            self.storage.set_train_steps.remote(self.train_steps)
+            self._publish()
+            if self.train_steps % TRAIN_LOG_INTERVAL == 0:
+                records.append((self.train_steps, metrics))
+        return {"train_steps": self.train_steps, "records": records, "seconds": self.stopwatch.take()}
+
+    def _publish(self) -> None:
+        """Acting and target weights the learner refreshed, to the storage (before the
+        next step, so that no worker acts or reanalyzes with older ones)."""
+        for kind, version in self.learner.versions.items():
+            if version != self.published[kind]:
+                ray.get(self.storage.set_weights.remote(kind, version, self.learner.weights(kind)))
+                self.published[kind] = version
+
+    def _due(self) -> int:
+        """Training steps allowed now: the ratio to the agent steps self-play has played."""
+        if self.train_steps >= self.due:
+            progress = ray.get(self.storage.progress.remote())
+            self.due = train_steps_due(self.config, progress["played"])
+        return self.due
+
+    def _next_batch(self) -> _Prepared | None:
+        if self.local is not None:
+            prepared = self.local.prepare(self.train_steps, self.published["target"])
+        else:
+            prepared = self._from_reanalyzers()
+        if prepared is None:
+            time.sleep(0.05)
+            return None
+        for name, seconds in prepared.seconds.items():
+            self.stopwatch.add(name, seconds)
+        return prepared
+
+    def _from_reanalyzers(self) -> _Prepared | None:
+        """The first ready of the batches asked for ahead; asks for the next ones."""
+        # each worker keeps its own two requests: refilling by position instead would drift
+        # every request onto one worker and leave the others idle
+        for index, worker in enumerate(self.reanalyzers):
+            for _ in range(BATCHES_AHEAD_PER_REANALYZER - list(self.pending.values()).count(index)):
+                self.pending[worker.prepare.remote(self.train_steps, self.published["target"])] = index
+        with self.stopwatch("learner.batch_wait"):
+            ready, _ = ray.wait(list(self.pending), num_returns=1)
+        del self.pending[ready[0]]
+        try:
+            return ray.get(ready[0])
+        except ray.exceptions.ActorDiedError as error:
+            raise TrainingAborted(f"a reanalyze worker died and Ray could not restart it: "
+                                  f"{str(error).splitlines()[0]}") from None
+        except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError):
+            return None  # Ray is restarting the worker; the next request waits for it
+
+    def weights(self) -> dict:
+        return self.learner.weights()
+
+    def state_dict(self) -> dict:
+        return self.learner.state_dict()
+
+
+# --- self-play --------------------------------------------------------------------------
+
+class SelfPlayWorker:
+    """An :class:`Actor` over ``num_envs`` envs; pulls the acting weights when they change."""
+
+    def __init__(self, index: int, config: Config, names: dict, num_envs: int, spec: EnvSpec, threads: int,
+                 start_steps: int):
+        set_threads(threads)
+        self.storage, self.replay = _actor(names["storage"]), _actor(names["replay"])
+        generation = ray.get(self.storage.worker_started.remote("selfplay", index))
+        self.config, self.num_envs = config, num_envs
+        self.index, self.stopwatch, self.total = index, Stopwatch(), total_train_steps(config)
+        seed = int(np.random.SeedSequence([config.seed, index, generation, start_steps]).generate_state(1)[0] >> 1)
+        self.net = make_model(config, spec).eval()
+        self.version = -1
+        self.actor = make_actor(config, spec, make_envs(config, seed, num_envs),
+                                TimedInference(self.net, torch.device("cpu"), self.stopwatch, "selfplay.inference"),
+                                seed)
+
+    def run(self) -> int:
+        """Self-play until the budget is spent or the run stops; returns the decisions made."""
+        decisions = 0
+        while True:
+            with self.stopwatch("selfplay.request"):
+                grant = ray.get(self.storage.request_steps.remote(STEPS_PER_REQUEST * self.num_envs, self.num_envs))
+            if grant["stop"]:
+                return decisions
+            if grant["granted"] == 0:
+                if grant["selfplay_done"]:  # unfinished episodes go to replay too, before this returns
+                    ray.get(self.replay.add.remote(self.actor.flush()))
+                    return decisions
+                with self.stopwatch("selfplay.throttle_wait"):  # the learner is behind: a step takes ~0.1-2 s
+                    time.sleep(0.1)
+                continue
+            if grant["acting_version"] != self.version:
+                self.version, weights = ray.get(self.storage.get_weights.remote("acting"))
+                self.net.load_state_dict(weights)
+            steps = grant["granted"] // self.num_envs
+            episodes, errors = self._play(steps, grant["train_steps"])
+            decisions += steps
+            self.storage.report.remote(grant["granted"], episodes, errors, self.stopwatch.take())
+
+    def _play(self, decisions: int, train_steps: int) -> tuple[list, list[str]]:
+        episodes, errors = [], []
+        temperature = temperature_at(train_steps, self.total)
+        for _ in range(decisions):
+            with self.stopwatch("selfplay"):
+                played = self.actor.step(train_steps, temperature)
+            if played.segments:
+                self.replay.add.remote(played.segments)
+            episodes += played.episodes
+            errors += played.env_errors
+        return episodes, errors
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@ray.remote
+def evaluate_weights(config: Config, spec: EnvSpec, weights: dict, episodes: int, threads: int, device: str) -> dict:
+    """The periodic evaluation, as a task, on the learner's weights of the moment."""
+    set_threads(threads)
+    dev = resolve_device(device)
+    net = make_model(config, spec)
+    net.load_state_dict(weights)
+    return evaluate(net.to(dev).eval(), config, dev, episodes)

@@ -1,0 +1,62 @@
+"""A run directory: its resolved config, metrics (JSONL and TensorBoard) and checkpoints."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from ez_robot.checkpoint import write_checkpoint
+from ez_robot.config import Config, config_to_dict
+from ez_robot.schedules import Counters
+
+__all__ = ["RunFiles"]
+
+
+class RunFiles:
+    """Writes ``config.yaml``, ``metrics.jsonl``, TensorBoard events and checkpoints.
+
+    Resuming from ``resume_from`` (a checkpoint) cuts metrics.jsonl back to where that
+    checkpoint was taken, and TensorBoard drops the events after it, so that the logs go
+    on from the checkpoint's counters without the steps a killed run did after it."""
+
+    def __init__(self, run_dir: Path | str, config: Config, *, resume_from: dict | None = None):
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "checkpoints").mkdir(exist_ok=True)
+        with open(self.dir / "config.yaml", "w") as f:
+            yaml.safe_dump(config_to_dict(config), f, sort_keys=False)
+        metrics_path, purge_step = self.dir / "metrics.jsonl", None
+        if resume_from is not None:
+            keep = resume_from.get("metrics_bytes")
+            if keep is not None and metrics_path.exists() and metrics_path.stat().st_size > keep:
+                with open(metrics_path, "r+b") as f:
+                    f.truncate(keep)
+            purge_step = int(resume_from["counters"].get("env_frames", 0)) + 1
+        self.metrics = open(metrics_path, "a")
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.tensorboard = SummaryWriter(str(self.dir / "tensorboard"), purge_step=purge_step)
+
+    def log(self, kind: str, counters: Counters, **values) -> None:
+        record = {"kind": kind, "time": time.time(), "agent_steps": counters.agent_steps,
+                  "env_frames": counters.env_frames, "train_steps": counters.train_steps, **values}
+        self.metrics.write(json.dumps(record) + "\n")
+        self.metrics.flush()
+        for name, value in values.items():  # scalars only, against env frames (the budget's x-axis)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.tensorboard.add_scalar(f"{kind}/{name}", value, counters.env_frames)
+
+    def checkpoint(self, **parts) -> Path:
+        """Writes the run's checkpoint (:func:`ez_robot.checkpoint.write_checkpoint`), with
+        where the metrics log stands."""
+        self.metrics.flush()
+        return write_checkpoint(self.dir, metrics_bytes=self.metrics.tell(), **parts)
+
+    def has_checkpoint(self) -> bool:
+        return (self.dir / "checkpoints" / "latest.pt").is_file()
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.tensorboard.close()
