@@ -2,15 +2,19 @@
 
     python benchmarks/learning.py --task gym:CartPole-v1 --budget 30k --seeds 0
     python benchmarks/learning.py --task cartpole_swingup --budget 100k --seeds 0 --workers 1 --reanalyze-workers 2
+    python benchmarks/learning.py --task gym:CartPole-v1 --budget 2k --seeds 0 1 2 --trainers single ray \
+        --reanalyze-workers 0 --set replay.min_replay_size=500 --eval-every 250 --name parity-2k
 
 Each run trains with the single-process trainer (``--workers 0``, the default here) or the
-Ray trainer, evaluating every ``--eval-every`` agent steps (greedy search, eval-mode env).
+Ray trainer, evaluating every ``--eval-every`` agent steps (greedy search, eval-mode env);
+``--trainers single ray`` runs both on the same seeds and draws them side by side.
 A run directory that already holds a checkpoint is resumed, not started again, so an
 interrupted benchmark goes on where it stopped; ``--no-train`` only reads the runs.
-Writes ``benchmarks/results/<task>.png`` (return vs env frames, one line per seed) and
-prints a Markdown row for ``benchmarks/README.md``: final and best mean evaluation
-return, the env frames at which a ``--target`` return was first reached, and wall time
-(the sum of the training sessions, read from the run's metrics).
+Writes ``benchmarks/results/<name or task>.png`` (return vs env frames, one line per seed
+and trainer, and each trainer's mean) and prints Markdown rows for ``benchmarks/README.md``:
+final and best mean evaluation return, the env frames at which a ``--target`` return was
+first reached, and wall time (the sum of the training sessions, read from the run's
+metrics); with several seeds, each trainer's mean curve as a table.
 """
 import argparse
 import json
@@ -28,7 +32,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def run(task, budget, seed, overrides, eval_every, eval_episodes, run_root, num_envs, threads, workers,
         reanalyze_workers, train_it=True):
-    run_dir = run_root / f"{task.replace(':', '-')}{'-ray' if workers else ''}-seed{seed}"
+    run_dir = run_root / f"{task.replace(':', '-')}-{budget or 'preset'}{'-ray' if workers else ''}-seed{seed}"
     config = load_config(task, budget=budget, seed=seed, overrides=overrides)
     if train_it:
         options = dict(device="cpu", num_envs=num_envs, eval_interval=eval_every, eval_episodes=eval_episodes,
@@ -75,8 +79,10 @@ def main():
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--run-root", type=Path, default=Path("runs/benchmarks"))
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    parser.add_argument("--workers", type=int, default=0, help="Ray self-play workers (0: single-process)")
+    parser.add_argument("--workers", type=int, default=1, help="Ray self-play workers (with --trainers ray)")
     parser.add_argument("--reanalyze-workers", type=int, default=None, help="Ray reanalyze workers")
+    parser.add_argument("--trainers", nargs="+", choices=["single", "ray"], default=["single"])
+    parser.add_argument("--name", default=None, help="file name of the curve (default: the task)")
     parser.add_argument("--no-train", dest="train", action="store_false",
                         help="only read the existing runs: curve and rows")
     args = parser.parse_args()
@@ -87,39 +93,66 @@ def main():
     import matplotlib.pyplot as plt
 
     RESULTS.mkdir(exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    rows = []
-    for seed in args.seeds:
-        probe = load_config(args.task, budget=args.budget, overrides=args.overrides)
-        eval_every = args.eval_every or max(probe.agent_steps_budget // 20, 1)
-        config, evals, wall = run(args.task, args.budget, seed, args.overrides, eval_every, args.eval_episodes,
-                                  args.run_root, args.envs, args.threads, args.workers, args.reanalyze_workers,
-                                  args.train)
-        frames = [e["env_frames"] for e in evals]
-        means = [e["mean"] for e in evals]
-        ax.plot(frames, means, marker=".", label=f"seed {seed}")
-        reached = next((f for f, m in zip(frames, means) if args.target is not None and m >= args.target), None)
-        rows.append((seed, means[-1] if means else float("nan"), max(means) if means else float("nan"), reached,
-                     wall, config.env_frames_budget))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    rows, curves = [], {}
+    probe = load_config(args.task, budget=args.budget, overrides=args.overrides)
+    eval_every = args.eval_every or max(probe.agent_steps_budget // 20, 1)
+    for trainer, color in zip(args.trainers, ("tab:blue", "tab:orange")):
+        workers = args.workers if trainer == "ray" else 0
+        for seed in args.seeds:
+            config, evals, wall = run(args.task, args.budget, seed, args.overrides, eval_every, args.eval_episodes,
+                                      args.run_root, args.envs, args.threads, workers, args.reanalyze_workers,
+                                      args.train)
+            frames = [e["env_frames"] for e in evals]
+            means = [e["mean"] for e in evals]
+            ax.plot(frames, means, color=color, alpha=0.35, linewidth=1)
+            curves.setdefault(trainer, []).append((frames, means))
+            reached = next((f for f, m in zip(frames, means) if args.target is not None and m >= args.target), None)
+            rows.append((trainer, seed, means[-1] if means else float("nan"), max(means) if means else float("nan"),
+                         reached, wall, config.env_frames_budget))
+        grid, mean_curve = _mean_curve(curves[trainer], eval_every * probe.env.action_repeat)
+        ax.plot(grid, mean_curve, color=color, linewidth=2.5,
+                label=f"{'single-process' if trainer == 'single' else 'Ray'} (mean of {len(args.seeds)} seeds)")
     ax.set_xlabel("env frames")
     ax.set_ylabel(f"mean eval return ({args.eval_episodes} episodes)")
-    ax.set_title(args.task)
+    ax.set_title(args.task + (f", {args.budget}" if args.budget else ""))
     if args.target is not None:
         ax.axhline(args.target, color="gray", linestyle="--", linewidth=1)
     ax.legend()
-    png = RESULTS / f"{args.task.replace(':', '-')}.png"
+    png = RESULTS / f"{args.name or args.task.replace(':', '-')}.png"
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     print(f"curve: {png}")
     print(f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, date {time.strftime('%Y-%m-%d')}")
-    print("| task | seed | env frames | final eval | best eval | target reached at | wall (2 cores) |")
-    print("|---|---|---|---|---|---|---|")
-    for seed, final, best, reached, wall, budget in rows:
+    print("| task | trainer | seed | env frames | final eval | best eval | target reached at | wall (2 cores) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for trainer, seed, final, best, reached, wall, budget in rows:
         where = f"{reached:,} frames" if reached is not None else "not reached"
-        print(f"| {args.task} | {seed} | {budget:,} | {final:.1f} | {best:.1f} | {where} | {wall / 60:.0f} min |")
-    if len(rows) > 1:
-        finals = np.array([r[1] for r in rows])
-        print(f"mean final over {len(rows)} seeds: {finals.mean():.1f} +- {finals.std():.1f}")
+        print(f"| {args.task} | {trainer} | {seed} | {budget:,} | {final:.1f} | {best:.1f} | {where} | "
+              f"{wall / 60:.0f} min |")
+    for trainer in args.trainers:
+        finals = np.array([r[2] for r in rows if r[0] == trainer])
+        if len(finals) > 1:
+            print(f"{trainer}: mean final over {len(finals)} seeds {finals.mean():.1f} +- {finals.std():.1f}")
+    if len(args.seeds) > 1:
+        print("\n| env frames | " + " | ".join(f"{t} mean" for t in args.trainers) + " |")
+        print("|---" * (len(args.trainers) + 1) + "|")
+        tables = {t: _mean_curve(curves[t], eval_every * probe.env.action_repeat) for t in args.trainers}
+        grid = tables[args.trainers[0]][0]
+        for i, frames in enumerate(grid):
+            print(f"| {frames:,} | " + " | ".join(f"{tables[t][1][i]:.1f}" for t in args.trainers) + " |")
+
+
+def _mean_curve(curves: list, step: int):
+    """Seeds' curves on a common grid (evaluations at multiples of ``step`` env frames,
+    each seed's evaluation taken at or just after the point), averaged."""
+    grid = sorted({(f // step) * step for frames, _ in curves for f in frames})
+    mean = []
+    for point in grid:
+        values = [next(m for f, m in zip(frames, means) if (f // step) * step == point) for frames, means in curves
+                  if any((f // step) * step == point for f in frames)]
+        mean.append(float(np.mean(values)))
+    return grid, mean
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ import torch
 from ez_robot import ray_trainer, trainer
 from ez_robot.checkpoint import ReplayFiles, read_checkpoint
 from ez_robot.config import load_config
+from ez_robot.device import set_threads
+from ez_robot.run_files import RunFiles
 
 TASKS = {
     "cartpole_swingup": ["replay.min_replay_size=100"],
@@ -45,8 +47,8 @@ TASKS = {
 def warm_up(config, run_dir: Path, device: str) -> None:
     """A run directory whose checkpoint holds a filled replay, and a learner counted as
     caught up with it (train_steps = 1.2 x agent steps)."""
-    run = trainer._Training(config, torch.device(device), 1, replay_files=ReplayFiles(run_dir / "checkpoints/replay"))
-    files = trainer._RunFiles(run_dir, config)
+    run = trainer._Run(config, torch.device(device), 1, replay_files=ReplayFiles(run_dir / "checkpoints/replay"))
+    files = RunFiles(run_dir, config)
     while not run.replay.ready():
         run.collect(files)
     run.counters.train_steps = run.learner.train_steps = int(
@@ -108,7 +110,7 @@ def main():
     args = parser.parse_args()
     if args.paper_batch:
         TASKS["atari:Pong"] = ["replay.min_replay_size=400"]
-    trainer.set_threads(1)
+    set_threads(1)
     print(f"{time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"load average {os.getloadavg()[0]:.1f}, sessions of {args.seconds:.0f} s, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))
