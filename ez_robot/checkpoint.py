@@ -43,7 +43,7 @@ CHECKPOINT_FORMAT = 2
 Format 1 (ez-robot 0.1.0 before 2026-11-24) pickled numpy objects and cannot be read safely."""
 
 _NEEDED = ("format", "trainer", "config", "spec", "counters", "learner")
-_LEARNER_NEEDED = ("model", "target_model", "acting_model", "optimizer", "train_steps")
+_LEARNER_NEEDED = ("model", "target_model", "acting_model", "optimizer", "train_steps", "versions", "generator")
 
 
 def checkpoint_path(run_dir: Path | str) -> Path:
@@ -176,11 +176,11 @@ def saved_config(state: dict):
 
 def resume_config(state: dict, *, budget: str | int | None = None, overrides=()):
     """The saved config of a checkpoint, with a new budget and ``--set`` overrides applied."""
-    from ez_robot.config import _parse_override, config_from_dict, parse_budget
+    from ez_robot.config import parse_override, config_from_dict, parse_budget
 
     data = {section: dict(value) if isinstance(value, dict) else value for section, value in state["config"].items()}
     changes = [("train.budget", parse_budget(budget))] if budget is not None else []
-    changes += [_parse_override(text) for text in overrides]
+    changes += [parse_override(text) for text in overrides]
     for key, value in changes:
         section, _, name = key.partition(".")
         if not name or not isinstance(data.get(section), dict):

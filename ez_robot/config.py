@@ -24,7 +24,7 @@ from ez_robot._search import SearchConfig
 from ez_robot.errors import ConfigError
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "Config",
-           "load_config", "parse_budget", "config_to_dict", "task_family", "PRESET_DIR"]
+           "load_config", "parse_budget", "parse_override", "config_to_dict", "task_family", "PRESET_DIR"]
 
 # configs/ in the repository, installed as the data package ez_robot.configs.
 PRESET_DIR = Path(str(importlib.resources.files("ez_robot.configs")))
@@ -323,7 +323,8 @@ def _merge(values: dict, update: Mapping, where: str) -> None:
             values[f"{section}.{key}"] = value
 
 
-def _parse_override(text: str) -> tuple[str, Any]:
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"train.lr=0.1"`` -> ``("train.lr", 0.1)`` (the value read as YAML)."""
     if "=" not in text:
         raise ConfigError(f"bad --set {text!r}: write key=value, e.g. train.lr=0.1")
     key, raw = text.split("=", 1)
@@ -356,7 +357,7 @@ def load_config(task: str, *, obs: str = "state", budget: str | int | None = Non
     if seed is not None:
         values["seed"] = seed
     for text in overrides:
-        key, value = _parse_override(text)
+        key, value = parse_override(text)
         if key in fixed and value != fixed[key]:  # the preset was chosen by the task and obs kind
             flag = "--task" if key == "env.task" else "--obs"
             raise ConfigError(f"--set {key}={value} disagrees with {flag} {fixed[key]}: the preset follows "

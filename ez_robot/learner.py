@@ -187,8 +187,5 @@ class Learner:
             raise RunError(f"the checkpoint's weights do not fit the network its config describes: "
                            f"{detail[:400]}") from None
         self.train_steps = int(state["train_steps"])
-        t = self.config.train
-        self.versions = dict(state.get("versions") or {
-            "acting": self.train_steps // t.selfplay_update_interval * t.selfplay_update_interval,
-            "target": self.train_steps // t.target_update_interval * t.target_update_interval})
+        self.versions = dict(state["versions"])
         self.generator.set_state(state["generator"])

@@ -96,7 +96,7 @@ class _Pipeline:
         if learner_state is None:
             weights = {"acting": (0, first), "target": (0, first)}
         else:
-            versions = learner_state.get("versions") or {"acting": 0, "target": 0}
+            versions = learner_state["versions"]
             weights = {"acting": (versions["acting"], learner_state["acting_model"]),
                        "target": (versions["target"], learner_state["target_model"])}
         run = f"ez-robot-{uuid.uuid4().hex[:8]}"
@@ -260,7 +260,9 @@ class _Pipeline:
         c = self.counters
         ref = self._evaluate()
         self.evals[ref] = (c.next_eval, c.at())
-        return self._log_eval(ref)
+        result = self._log_eval(ref)
+        c.next_eval = (c.agent_steps // self.eval_interval + 1) * self.eval_interval  # a longer budget goes on
+        return result
 
     def _add_seconds(self, seconds: dict) -> None:
         for name, value in seconds.items():

@@ -220,6 +220,7 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
                     raise TrainingAborted(problem)  # self-play is over: nothing would ever train
             if run.done():
                 last_eval = run.evaluate(files, eval_episodes)
+                c.next_eval = (c.agent_steps // eval_interval + 1) * eval_interval  # a longer budget goes on from here
     except FloatingPointError as error:
         diverged = True  # keep the last good checkpoint: this state is not one
         files.log("diverged", c, error=str(error))

@@ -151,6 +151,7 @@ def test_a_finished_run_extends_with_a_larger_budget(finished_run, tmp_path):
     evals = [r["agent_steps"] for r in logged if r["kind"] == "eval"]
     assert evals == sorted(evals) and evals[-1] == 240  # the evaluation schedule went on
     assert len(evals) == len(set(evals))
+    assert not [e for e in evals if 120 < e < 132]  # the final evaluation at 120 is not taken again
 
 
 def test_checkpoints_hold_what_resuming_needs(finished_run):
