@@ -111,17 +111,22 @@ def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
 
 
 @pytest.mark.slow
-def test_both_trainers_learn_cartpole(local_ray, tmp_path):
-    """The README's check run (2k steps of gym:CartPole-v1, about 4 minutes each on 2
-    cores): a random policy scores ~22; both trainers must get well past it."""
-    from ez_robot import ray_trainer, trainer
+@pytest.mark.parametrize("trainer", ["single", "ray"])
+def test_both_trainers_learn_cartpole(local_ray, tmp_path, trainer):
+    """5k env steps of gym:CartPole-v1 (6-8 minutes per trainer on 2 cores): random play
+    scores ~22; both trainers must get well past it.  At 2k steps the final return of
+    either trainer spread over 85-359 across seeds (benchmarks/README.md, trainer
+    parity), so a bar of 100 there failed for either now and then; at 5k the lowest of
+    six runs (seeds 0-2, both trainers) was 141."""
+    from ez_robot import ray_trainer
+    from ez_robot import trainer as single_process
 
-    config = load_config("gym:CartPole-v1", budget="2k", overrides=["replay.min_replay_size=500"])
-    single = trainer.train(config, tmp_path / "single", device="cpu", progress=False)
-    distributed = ray_trainer.train(config, tmp_path / "ray", workers=1, reanalyze_workers=0, device="cpu",
-                                    progress=False)
-    for name, summary in (("single-process", single), ("ray", distributed)):
-        assert summary["last_eval"]["mean"] > 100, (name, summary["last_eval"])
+    config = load_config("gym:CartPole-v1", budget="5k", overrides=["replay.min_replay_size=500"])
+    if trainer == "single":
+        summary = single_process.train(config, tmp_path, device="cpu", progress=False)
+    else:
+        summary = ray_trainer.train(config, tmp_path, workers=1, reanalyze_workers=0, device="cpu", progress=False)
+    assert summary["last_eval"]["mean"] > 100, summary["last_eval"]
 
 
 def test_the_embedded_ray_serves_no_dashboard(local_ray):
