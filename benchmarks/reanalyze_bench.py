@@ -1,12 +1,19 @@
-"""Reanalyze benchmark: one training step's target computation, the main cost of training.
+"""Reanalyze benchmark: what one training step's targets cost, in both reanalyze modes.
 
     python benchmarks/reanalyze_bench.py [--batch 256] [--threads 1]
 
-A batch is sampled from a synthetic replay; its context is prepared; ``reanalyze``
-then searches every bootstrap observation (off-policy value correction) and 99% of the
-policy observations with the target network, 50 simulations, in one batched call.
-Reported: roots searched, wall time split into context / search, and roots/s, for the
-DMC-state preset (cartpole_swingup) and, at a smaller batch, the Atari ResNet.
+batch mode (the paper): a batch is sampled from a synthetic replay; its context is
+prepared; ``reanalyze`` then searches every bootstrap observation (off-policy value
+correction) and 99% of the policy observations with the target network, 50
+simulations, in one batched call.  Reported: roots searched, wall time split into
+context / search, and roots/s, for the DMC-state preset (cartpole_swingup, 5 actions)
+and, at a smaller batch, the Atari ResNet (Pong's 6 actions).
+
+buffer mode: the sweep's unit of work, one 410-observation segment searched by
+``search_segments``, and what that makes per training step when every stored
+observation is searched once per target period (200 steps) at the buffer sizes of a
+100k run (cartpole_swingup: 12,500 moves; Atari: 100,000), against batch mode's
+per-step search.
 """
 import argparse
 import time
@@ -16,9 +23,9 @@ import torch
 
 from _synthetic import segment
 from ez_robot.config import ReplayConfig, load_config
-from ez_robot.inference import TorchInference, effective_search_config
+from ez_robot.inference import TorchInference, search_config
 from ez_robot.networks import make_network
-from ez_robot.reanalyze import reanalyze
+from ez_robot.reanalyze import reanalyze, search_segments
 from ez_robot.replay import ReplayBuffer
 from ez_robot.targets import dynamic_horizon, prepare_context
 
@@ -34,9 +41,10 @@ def main():
     print(f"torch {torch.__version__}, {args.threads} thread(s), device {args.device}")
     print("| model | batch | roots searched | context (ms) | search (s) | roots/s |")
     print("|---|---|---|---|---|---|")
-    for label, task, frame_shape, stack, actions, dtype, batch in [
-            ("DMC state MLP", "cartpole_swingup", (5,), 1, 125, np.float32, args.batch),
-            ("Atari ResNet", "atari:Pong", (3, 96, 96), 4, 18, np.uint8, args.atari_batch)]:
+    sweeps = []
+    for label, task, frame_shape, stack, actions, dtype, batch, buffer in [
+            ("DMC state MLP", "cartpole_swingup", (5,), 1, 5, np.float32, args.batch, 12_500),
+            ("Atari ResNet", "atari:Pong", (3, 96, 96), 4, 6, np.uint8, args.atari_batch, 100_000)]:
         config = load_config(task)
         rng = np.random.default_rng(0)
         replay = ReplayBuffer(ReplayConfig(capacity=20_000, min_replay_size=1))
@@ -46,21 +54,34 @@ def main():
         obs_shape = (frame_shape[0] * stack, *frame_shape[1:])
         net = make_network(obs_shape, actions, config.model).to(args.device).eval()
         inference = TorchInference(net, args.device)
-        search_config = effective_search_config(config.search, True)
+        searched = search_config(config)
         t = config.train
         for repeat in range(2):  # the first call warms up
             ref = replay.sample(batch, 0.4, rng)
             start = time.perf_counter()
             horizons = dynamic_horizon(np.zeros(batch, np.int64), 0, 120_000, t.td_steps, t.dynamic_horizon_tau)
             context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons,
-                                      discount=search_config.discount, lstm_horizon=search_config.lstm_horizon,
+                                      discount=searched.discount, lstm_horizon=searched.lstm_horizon,
                                       num_actions=actions, rng=rng)
             middle = time.perf_counter()
-            targets = reanalyze(context, ref.segments, inference, search_config, rng,
+            targets = reanalyze(context, ref.segments, inference, searched, rng,
                                 policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
             end = time.perf_counter()
         print(f"| {label} | {batch} | {targets.num_searches} | {1000 * (middle - start):.1f} | {end - middle:.2f} "
               f"| {targets.num_searches / (end - middle):,.0f} |", flush=True)
+        start = time.perf_counter()
+        search_segments(replay.segments[:1], inference, searched, rng, version=0)
+        per_observation = (time.perf_counter() - start) / (replay.segments[0].num_moves + 1)
+        per_step = buffer / t.target_update_interval
+        sweeps.append((label, buffer, per_observation, per_step, targets.num_searches / batch * args.batch,
+                       (end - middle) / batch * args.batch))
+    print("\nbuffer mode: the sweep per training step (one search of every stored observation per target period)")
+    print("| model | buffer (moves) | sweep (ms per observation) | sweep roots per step | sweep s per step "
+          f"| batch mode roots per step (batch {args.batch}) | batch mode s per step | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, buffer, per_observation, per_step, batch_roots, batch_seconds in sweeps:
+        print(f"| {label} | {buffer:,} | {1000 * per_observation:.2f} | {per_step:.0f} | {per_step * per_observation:.3f} "
+              f"| {batch_roots:,.0f} | {batch_seconds:.2f} | {batch_seconds / (per_step * per_observation):.0f}x |")
 
 
 if __name__ == "__main__":

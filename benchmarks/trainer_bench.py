@@ -107,6 +107,8 @@ def main():
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--paper-batch", action="store_true",
                         help="Atari: the paper's batch of 256 and full segments (for a GPU)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="config overrides for every task, e.g. reanalyze.mode=batch")
     args = parser.parse_args()
     if args.paper_batch:
         TASKS["atari:Pong"] = ["replay.min_replay_size=400"]
@@ -115,7 +117,7 @@ def main():
           f"load average {os.getloadavg()[0]:.1f}, sessions of {args.seconds:.0f} s, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))
     for task in args.tasks:
-        config = load_config(task, budget="1M", overrides=TASKS[task])
+        config = load_config(task, budget="1M", overrides=TASKS[task] + args.overrides)
         with tempfile.TemporaryDirectory() as tmp:
             warm = Path(tmp) / "warm"
             warm_up(config, warm, args.device)
@@ -124,7 +126,7 @@ def main():
                 workers, reanalyzers = (int(x) for x in spec.split("x"))
                 results[f"Ray {workers} self-play + {reanalyzers} reanalyze"] = measure(
                     config, warm, "ray", args.seconds, workers, reanalyzers, args.device)
-        print(f"\n{task} ({', '.join(TASKS[task])})\n")
+        print(f"\n{task} ({', '.join(TASKS[task] + args.overrides)}; reanalyze.mode={config.reanalyze.mode})\n")
         print("| trainer | session | agent steps | train steps | agent steps/s | env frames/s | train steps/s "
               "| training phase | agent steps/s | train steps/s |")
         print("|---|---|---|---|---|---|---|---|---|---|")

@@ -23,7 +23,7 @@ import yaml
 from ez_robot._search import SearchConfig
 from ez_robot.errors import ConfigError
 
-__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "Config",
+__all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "ReanalyzeConfig", "Config",
            "load_config", "parse_budget", "parse_override", "config_to_dict", "task_family", "PRESET_DIR"]
 
 # configs/ in the repository, installed as the data package ez_robot.configs.
@@ -194,6 +194,29 @@ class TrainConfig:
         ], self)
 
 
+REANALYZE_MODES = ("batch", "buffer")
+
+
+@dataclass(frozen=True)
+class ReanalyzeConfig:
+    mode: str = "buffer"
+    """batch: the paper's reanalyze, every training step searches its batch's bootstrap and
+    policy observations with the target network (~3,000 roots for batch 256); buffer: a
+    sweep searches every stored position once per target-network version and stores the
+    results in replay, and a batch reads them (searching only what is missing or stale)."""
+    staleness: int = 1
+    """buffer: how many target-network updates a stored result may lag behind the current
+    target network and still be used (0: only the current one's); older results are
+    searched again in the batch.  The sweep refreshes every position once per
+    ``staleness`` target periods."""
+
+    def __post_init__(self):
+        _check("reanalyze", [
+            ("mode", self.mode in REANALYZE_MODES, " or ".join(repr(m) for m in REANALYZE_MODES)),
+            ("staleness", 0 <= self.staleness <= 1000, "in [0, 1000]"),
+        ], self)
+
+
 @dataclass(frozen=True)
 class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -201,6 +224,7 @@ class Config:
     search: SearchConfig = field(default_factory=SearchConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    reanalyze: ReanalyzeConfig = field(default_factory=ReanalyzeConfig)
     seed: int = 0
     """Seed of every random generator in the run."""
     preset: str = ""
@@ -226,6 +250,7 @@ class Config:
 
 
 SECTIONS = {"env": EnvConfig, "model": ModelConfig, "search": SearchConfig, "replay": ReplayConfig,
+            "reanalyze": ReanalyzeConfig,
             "train": TrainConfig}
 TOP_LEVEL = ("seed",)
 

@@ -143,16 +143,19 @@ class _Pipeline:
         if self.resumed:
             self.files.log("resume", c, trainer="ray", budget=self.config.train.budget,
                            replay_moves=ray.get(self.replay.size.remote()))
-        self.selfplay_runs = {i: w.run.remote() for i, w in enumerate(self.selfplay)}
-        self.selfplay_retries: dict[int, float] = {}
+        # the workers' loops: self-play until the budget is spent, the buffer sweep until the run stops
+        self.loops = {("selfplay", i): w.run.remote() for i, w in enumerate(self.selfplay)}
+        if self.config.reanalyze.mode == "buffer":
+            self.loops.update({("reanalyze", i): w.sweep.remote() for i, w in enumerate(self.reanalyzers)})
+        self.retries: dict[tuple, float] = {}  # loops of workers Ray is restarting: when to start them again
         self.chunk = self._next_chunk(checkpoint_interval)
         session, diverged = Session(c, self.config.agent_steps_budget, progress, max_seconds), False
         try:
             while self.busy() and session.tick(c):
-                ray.wait([r for r in [self.chunk, *self.selfplay_runs.values(), *self.evals] if r is not None],
+                ray.wait([r for r in [self.chunk, *self.loops.values(), *self.evals] if r is not None],
                          num_returns=1, timeout=0.5)
                 self._learning(checkpoint_interval)   # --- learner chunks, train metrics, checkpoints ---
-                self._watch_selfplay()                # --- dead or finished self-play workers ---
+                self._watch_loops()                   # --- dead or finished worker loops ---
                 self._log_events()                    # --- episodes, restarts, env failures ---
                 self._evaluations()                   # --- periodic evaluation, a remote task ---
             if not self.busy():
@@ -168,12 +171,15 @@ class _Pipeline:
 
     def busy(self) -> bool:
         """Training steps or self-play left (or a dead self-play worker to run again)."""
-        return self.chunk is not None or bool(self.selfplay_runs) or bool(self.selfplay_retries)
+        return self.chunk is not None or self._selfplay_running()
+
+    def _selfplay_running(self) -> bool:
+        return any(kind == "selfplay" for kind, _ in [*self.loops, *self.retries])
 
     def _next_chunk(self, checkpoint_interval: int):
         if self.counters.train_steps >= self.total:
             return None
-        if not self.selfplay_runs and not self.selfplay_retries:  # self-play is over: can training go on?
+        if not self._selfplay_running():  # self-play is over: can training go on?
             problem = replay_shortfall(self.config, self.counters, ray.get(self.replay.size.remote()))
             if problem:
                 raise TrainingAborted(problem)
@@ -201,26 +207,30 @@ class _Pipeline:
             self._save()
         self.chunk = self._next_chunk(checkpoint_interval)
 
-    def _watch_selfplay(self) -> None:
-        """Self-play workers that finished, died (Ray restarts them: run again) or failed."""
-        for index, retry_at in list(self.selfplay_retries.items()):
+    def _watch_loops(self) -> None:
+        """Worker loops that finished (self-play's share of the budget), or whose worker died
+        (Ray restarts it: start the loop again) or failed."""
+        for key, retry_at in list(self.retries.items()):
             if time.time() >= retry_at:
-                del self.selfplay_retries[index]
-                self.selfplay_runs[index] = self.selfplay[index].run.remote()
-        for index, ref in list(self.selfplay_runs.items()):
+                del self.retries[key]
+                kind, index = key
+                worker = self.selfplay[index] if kind == "selfplay" else self.reanalyzers[index]
+                self.loops[key] = (worker.run if kind == "selfplay" else worker.sweep).remote()
+        for key, ref in list(self.loops.items()):
             if not ray.wait([ref], timeout=0)[0]:
                 continue
-            del self.selfplay_runs[index]
+            del self.loops[key]
+            kind, index = key
             try:
                 ray.get(ref)  # it finished its share of the budget
             except ray.exceptions.ActorDiedError as error:
-                raise TrainingAborted(f"self-play worker {index} died and Ray could not restart it (max_restarts "
+                raise TrainingAborted(f"{kind} worker {index} died and Ray could not restart it (max_restarts "
                                       f"{self.max_restarts}): {str(error).splitlines()[0]}") from None
             except ray.exceptions.RayActorError:  # restarting: ask again in a moment
-                self.selfplay_retries[index] = time.time() + 0.5
+                self.retries[key] = time.time() + 0.5
             except ray.exceptions.RayTaskError as error:
                 if isinstance(error.cause, EnvironmentFailed):
-                    raise EnvironmentFailed(f"self-play worker {index}: {error.cause}") from None
+                    raise EnvironmentFailed(f"{kind} worker {index}: {error.cause}") from None
                 raise  # a bug: keep Ray's traceback of it
 
     def _log_events(self) -> None:

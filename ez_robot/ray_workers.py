@@ -40,7 +40,7 @@ from ez_robot.device import resolve_device, set_threads
 from ez_robot.errors import TrainingAborted
 from ez_robot.evaluation import evaluate
 from ez_robot.inference import search_config
-from ez_robot.reanalyze import Targets, reanalyze
+from ez_robot.reanalyze import Sweeper, Targets, reanalyze, search_segments, sweep_older_than
 from ez_robot.schedules import TRAIN_LOG_INTERVAL, Counters, temperature_at, total_train_steps, train_steps_due
 from ez_robot.targets import BatchContext
 from ez_robot.trainer import sample_batch
@@ -51,6 +51,7 @@ __all__ = ["SharedStorage", "ReplayWorker", "Reanalyzer", "LearnerWorker", "Self
 STEPS_PER_REQUEST = 8
 """Decisions a self-play worker plays per request to the storage."""
 BATCHES_AHEAD_PER_REANALYZER = 2  # double buffering
+CLAIM_SECONDS = 60.0  # a segment handed to a sweeping worker is not handed out again for this long
 
 
 def _actor(name: str):
@@ -108,6 +109,10 @@ class SharedStorage:
 
     def get_weights(self, kind: str) -> tuple[int, dict]:
         return self.weights[kind]
+
+    def sweep_status(self) -> dict:
+        """What a sweeping reanalyze worker needs each round: the target version, stop."""
+        return {"target_version": self.weights["target"][0], "stop": self.stopping}
 
     def set_train_steps(self, train_steps: int) -> None:
         self.counters.train_steps = train_steps
@@ -170,6 +175,7 @@ class ReplayWorker:
         self.files = ReplayFiles(replay_dir) if replay_dir else None
         self.replay = self.files.load(config.replay, replay_state) if self.files and replay_state \
             else make_replay(config)
+        self.claims: dict[int, float] = {}  # segments a reanalyze worker is searching, since when
         ray.get(self.storage.set_replay_moves.remote(len(self.replay)))
 
     def add(self, segments: list) -> None:
@@ -177,15 +183,34 @@ class ReplayWorker:
             self.replay.add(segment)
         self.storage.set_replay_moves.remote(len(self.replay))
 
-    def sample(self, train_steps: int) -> _Sample | None:
+    def sample(self, train_steps: int, target_version: int) -> _Sample | None:
         if not self.replay.ready():
             return None
-        ref, context = sample_batch(self.replay, self.config, train_steps, self.num_actions, self.rng)
+        ref, context = sample_batch(self.replay, self.config, train_steps, self.num_actions, self.rng,
+                                    target_version=target_version)
         observations = [_BootstrapObservations(s, context.bootstrap_index[b]) for b, s in enumerate(ref.segments)]
         return _Sample(context, observations, ref.segment_ids, ref.positions, ref.weights)
 
     def update_priorities(self, segment_ids, positions, priorities) -> None:
         self.replay.update_priorities(segment_ids, positions, priorities)
+
+    def next_to_search(self, older_than: int):
+        """Buffer reanalyze: the stalest segment no other worker is searching, as (id,
+        segment), or None when every one has results of version ``older_than`` or later."""
+        now = time.time()
+        self.claims = {i: since for i, since in self.claims.items() if now - since < CLAIM_SECONDS}
+        for segment_id, segment in self.replay.stalest(len(self.claims) + 1, older_than):
+            if segment_id not in self.claims:
+                self.claims[segment_id] = now
+                return segment_id, segment
+        return None
+
+    def store_search(self, segment_id: int, results) -> None:
+        self.claims.pop(segment_id, None)
+        self.replay.store_search(segment_id, results)
+
+    def observations_stored(self) -> int:
+        return self.replay.observations_stored()
 
     def save(self) -> dict | None:
         return self.files.save(self.replay) if self.files else None
@@ -233,7 +258,7 @@ class Reanalyzer:
             self.target_version, weights = ray.get(self.storage.get_weights.remote("target"))
             self.net.load_state_dict(weights)
         with self.stopwatch("sample"):
-            sample = ray.get(self.replay.sample.remote(train_steps))
+            sample = ray.get(self.replay.sample.remote(train_steps, target_version))
         if sample is None:
             return None
         t = self.config.train
@@ -243,6 +268,29 @@ class Reanalyzer:
                                 off_policy_correction=t.off_policy_correction)
         return _Prepared(sample.context, targets, sample.weights, sample.segment_ids, sample.positions,
                          self.stopwatch.take())
+
+    def sweep(self) -> int:
+        """Buffer reanalyze: searches the stalest segments with the target network until
+        the run stops (each once per target version); returns how many it searched."""
+        searched = 0
+        while True:
+            status = ray.get(self.storage.sweep_status.remote())
+            if status["stop"]:
+                return searched
+            if status["target_version"] != self.target_version:
+                self.target_version, weights = ray.get(self.storage.get_weights.remote("target"))
+                self.net.load_state_dict(weights)
+            item = ray.get(self.replay.next_to_search.remote(sweep_older_than(self.config, self.target_version)))
+            if item is None:  # everything is current: wait for the next target network
+                time.sleep(0.1)
+                continue
+            segment_id, segment = item
+            with self.stopwatch("reanalyze.sweep"):
+                (results,) = search_segments([segment], self.inference, self.search_config, self.rng,
+                                             self.target_version)
+            self.replay.store_search.remote(segment_id, results)
+            searched += 1
+            self.storage.add_seconds.remote(self.stopwatch.take())
 
 
 # --- learner ----------------------------------------------------------------------------
@@ -263,10 +311,20 @@ class LearnerWorker:
         if resume is not None:
             self.learner.load_state_dict(resume)
         self.published = dict(self.learner.versions)
-        self.local = None if self.reanalyzers else Reanalyzer(0, config, names, spec, device, threads,
-                                                              seed=config.seed + 1, remote=False)
+        self.buffer = config.reanalyze.mode == "buffer"
+        # batch reanalyze without reanalyze workers: the learner prepares its batches itself
+        self.local = None if self.reanalyzers or self.buffer else Reanalyzer(
+            0, config, names, spec, device, threads, seed=config.seed + 1, remote=False)
         self.pending: dict = {}  # request -> index of the reanalyze worker that prepares it
         self.due = 0
+        if self.buffer:  # batches come straight from replay and are completed with our own target network
+            self.rng, self.search_config = np.random.default_rng(config.seed + 1), search_config(config)
+            self.target_inference = TimedInference(self.learner.target_net, self.dev, self.stopwatch,
+                                                   "reanalyze.inference")
+            self.sample_ahead = None  # (request, target version it was asked with)
+            # without reanalyze workers the sweep runs here, paced between training steps
+            self.sweeper = None if self.reanalyzers else Sweeper(config, self.target_inference,
+                                                                 self.search_config, self.rng)
 
     @property
     def train_steps(self) -> int:
@@ -289,6 +347,9 @@ class LearnerWorker:
             self.replay.update_priorities.remote(prepared.segment_ids, prepared.positions, priorities)
             self.storage.set_train_steps.remote(self.train_steps)
             self._publish()
+            if self.buffer and self.sweeper is not None:
+                with self.stopwatch("reanalyze.sweep"):
+                    self.sweeper.step(_RemoteReplay(self.replay), self.learner.versions["target"])
             if self.train_steps % TRAIN_LOG_INTERVAL == 0:
                 records.append((self.train_steps, metrics))
         return {"train_steps": self.train_steps, "records": records, "seconds": self.stopwatch.take()}
@@ -309,7 +370,9 @@ class LearnerWorker:
         return self.due
 
     def _next_batch(self) -> _Prepared | None:
-        if self.local is not None:
+        if self.buffer:
+            prepared = self._from_replay()
+        elif self.local is not None:
             prepared = self.local.prepare(self.train_steps, self.published["target"])
         else:
             prepared = self._from_reanalyzers()
@@ -319,6 +382,23 @@ class LearnerWorker:
         for name, seconds in prepared.seconds.items():
             self.stopwatch.add(name, seconds)
         return prepared
+
+    def _from_replay(self) -> _Prepared | None:
+        """Buffer reanalyze: a sample whose stored search results the replay filled in,
+        completed here (searching only what they lack); the next one is asked for ahead."""
+        version = self.learner.versions["target"]
+        if self.sample_ahead is None or self.sample_ahead[1] != version:  # none, or judged by an older target
+            self.sample_ahead = (self.replay.sample.remote(self.train_steps, version), version)
+        with self.stopwatch("sample"):
+            sample = ray.get(self.sample_ahead[0])
+        self.sample_ahead = (self.replay.sample.remote(self.train_steps + 1, version), version)
+        if sample is None:
+            return None
+        t = self.config.train
+        with self.stopwatch("reanalyze"):
+            targets = reanalyze(sample.context, sample.observations, self.target_inference, self.search_config, self.rng,
+                                policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=t.off_policy_correction)
+        return _Prepared(sample.context, targets, sample.weights, sample.segment_ids, sample.positions, {})
 
     def _from_reanalyzers(self) -> _Prepared | None:
         """The first ready of the batches asked for ahead; asks for the next ones."""
@@ -343,6 +423,22 @@ class LearnerWorker:
 
     def state_dict(self) -> dict:
         return self.learner.state_dict()
+
+
+class _RemoteReplay:
+    """The replay actor, seen by a :class:`ez_robot.reanalyze.Sweeper` as a replay buffer."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def observations_stored(self) -> int:
+        return ray.get(self.actor.observations_stored.remote())
+
+    def next_to_search(self, older_than: int):
+        return ray.get(self.actor.next_to_search.remote(older_than))
+
+    def store_search(self, segment_id: int, results) -> None:
+        self.actor.store_search.remote(segment_id, results)
 
 
 # --- self-play --------------------------------------------------------------------------

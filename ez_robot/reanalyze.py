@@ -1,11 +1,21 @@
-"""Reanalyze: fresh searches with the target network complete a batch's targets.
+"""Reanalyze: target-network searches complete a batch's targets.
 
 - value targets (off-policy correction): the bootstrap nu_{t+u+l} is the root value of a
-  search from o_{t+u+l} (without correction: the value stored at collection, l = k);
+  target-network search from o_{t+u+l} (without correction: the value stored at
+  collection, l = k);
 - policy targets: for ``reanalyze_policy_ratio`` of the samples (99%) the visit
-  distribution of a fresh search (with fresh root noise) replaces the stored one.
+  distribution of a target-network search replaces the one stored at collection.
 
-Both sets of observations go through one batched call of the one search function.
+Two ways to get those searches (``reanalyze.mode``):
+
+- ``batch`` (the paper): every batch searches its bootstrap and policy observations, with
+  fresh root noise, in one batched call of the one search function;
+- ``buffer``: :func:`search_segments` searches every stored observation once per target
+  network (a sweep over the replay, newest data first) and the replay keeps the results;
+  a batch uses those made by a recent enough target network (``reanalyze.staleness``)
+  and searches, as in batch mode, only the observations that have none.  The sweep costs
+  one search per stored observation per target period, where batch mode costs batch x
+  (unroll + 1) x 2 searches per training step, whatever the buffer holds.
 """
 from __future__ import annotations
 
@@ -13,11 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ez_robot._search import SearchConfig
+from ez_robot._search import SearchConfig, visit_policy
 from ez_robot.inference import TorchInference, run_search
+from ez_robot.replay import SearchResults
 from ez_robot.targets import BatchContext
 
-__all__ = ["Targets", "reanalyze"]
+__all__ = ["Targets", "reanalyze", "search_segments", "fresh_from", "sweep_older_than", "Sweeper"]
 
 
 @dataclass
@@ -27,9 +38,9 @@ class Targets:
     policy: np.ndarray
     """[B, K + 1, A] float32 policy targets."""
     searched_policy: np.ndarray
-    """[B] bool: the sample's policy targets come from a fresh search."""
+    """[B] bool: the sample's policy targets come from a target-network search."""
     num_searches: int
-    """Roots searched for this batch."""
+    """Roots searched for this batch (stored results used instead are not counted)."""
 
 
 def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInference, search_config: SearchConfig,
@@ -40,22 +51,85 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
     policy_rows = rng.random(batch) < policy_ratio
     policy_cells = context.mask_policy.astype(bool) & policy_rows[:, None]
 
-    # --- gather the roots: bootstrap observations, then policy observations ---
-    roots = []
-    if off_policy_correction:
-        for b, u in zip(*np.nonzero(bootstrap)):
-            roots.append(ref_segments[b].observation(int(context.bootstrap_index[b, u])))
-    num_value_roots = len(roots)
-    roots.extend(context.observations[policy_cells])
-
     values = context.stored_bootstrap_values.copy()
     policy = context.stored_policies.copy()
+    # --- stored search results (buffer reanalyze), where recent enough ---
+    value_cells = bootstrap & ~context.value_fresh if off_policy_correction else np.zeros_like(bootstrap)
+    if off_policy_correction:
+        values[context.value_fresh] = context.searched_values[context.value_fresh]
+    stored_policy = policy_cells & context.policy_fresh
+    policy[stored_policy] = context.searched_policies[stored_policy]
+    policy_cells = policy_cells & ~context.policy_fresh
+
+    # --- search the rest: bootstrap observations, then policy observations ---
+    roots = [ref_segments[b].observation(int(context.bootstrap_index[b, u])) for b, u in zip(*np.nonzero(value_cells))]
+    num_value_roots = len(roots)
+    roots.extend(context.observations[policy_cells])
     if roots:
         out = run_search(inference, np.stack(roots), search_config.replace(temperature=1.0), rng,
                          max_batch=max_search_batch)
-        if off_policy_correction:
-            values[bootstrap] = out.root_values[:num_value_roots]
+        values[value_cells] = out.root_values[:num_value_roots]
         policy[policy_cells] = out.policy[num_value_roots:]
     value = context.value_partial + context.bootstrap_discount * np.where(bootstrap, values, 0.0)
     return Targets(value=value.astype(np.float32), policy=policy, searched_policy=policy_rows,
                    num_searches=len(roots))
+
+
+def search_segments(segments: list, inference: TorchInference, search_config: SearchConfig,
+                    rng: np.random.Generator, version: int, max_search_batch: int = 1024) -> list[SearchResults]:
+    """One target-network search of every observation of each segment (the buffer sweep's
+    unit of work), with root noise as a batch search has it."""
+    observations = np.concatenate([np.stack([s.observation(i) for i in range(s.num_moves + 1)]) for s in segments])
+    out = run_search(inference, observations, search_config.replace(temperature=1.0), rng, max_batch=max_search_batch)
+    policies = visit_policy(out.visit_counts, 1.0)
+    results, start = [], 0
+    for segment in segments:
+        end = start + segment.num_moves + 1
+        results.append(SearchResults(values=out.root_values[start:end].astype(np.float32),
+                                     policies=policies[start:end - 1].astype(np.float32), version=version))
+        start = end
+    return results
+
+
+def fresh_from(config, target_version: int) -> int | None:
+    """The oldest target-network version whose stored results a batch may use (``None``
+    in batch mode: it uses none)."""
+    r, t = config.reanalyze, config.train
+    if r.mode == "batch":
+        return None
+    return target_version - r.staleness * t.target_update_interval
+
+
+def sweep_older_than(config, target_version: int) -> int:
+    """The sweep searches again the segments whose results are older than this version:
+    every one once per ``staleness`` target periods (once per period for 0 and 1)."""
+    return target_version - (max(config.reanalyze.staleness, 1) - 1) * config.train.target_update_interval
+
+
+class Sweeper:
+    """The buffer sweep inside a training loop (one process, or a Ray learner without
+    reanalyze workers): after each training step it searches the stalest segments, at
+    the pace that refreshes every stored observation once per ``staleness`` target
+    periods.  ``replay`` is a :class:`ez_robot.replay.ReplayBuffer` or anything with its
+    ``observations_stored``, ``next_to_search`` and ``store_search``."""
+
+    def __init__(self, config, inference: TorchInference, search_config: SearchConfig, rng: np.random.Generator):
+        self.config, self.inference, self.search_config, self.rng = config, inference, search_config, rng
+        self.credit = 0.0  # observations the sweep may search now
+
+    def step(self, replay, target_version: int) -> int:
+        """One training step's share of the sweep; returns the observations searched."""
+        r, t = self.config.reanalyze, self.config.train
+        self.credit += replay.observations_stored() / (max(r.staleness, 1) * t.target_update_interval)
+        searched, older_than = 0, sweep_older_than(self.config, target_version)
+        while self.credit > 0:
+            item = replay.next_to_search(older_than)
+            if item is None:
+                self.credit = 0.0  # all current: no credit piles up for later
+                break
+            segment_id, segment = item
+            (results,) = search_segments([segment], self.inference, self.search_config, self.rng, target_version)
+            replay.store_search(segment_id, results)
+            self.credit -= segment.num_moves + 1
+            searched += segment.num_moves + 1
+        return searched

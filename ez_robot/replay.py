@@ -18,7 +18,7 @@ import numpy as np
 
 from ez_robot.config import ReplayConfig
 
-__all__ = ["Segment", "SampleRef", "ReplayBuffer"]
+__all__ = ["Segment", "SearchResults", "SampleRef", "ReplayBuffer"]
 
 
 @dataclass
@@ -48,6 +48,9 @@ class Segment:
     """The episode ends after the last move (observation M is its final one)."""
     terminated: bool = False
     """It ended by termination (no bootstrapping past it), not by truncation."""
+    search: "SearchResults | None" = field(default=None, compare=False, repr=False)
+    """The latest target-network search of every observation (buffer reanalyze); not
+    stored with the segment's files: a resumed run searches again."""
 
     def __post_init__(self):
         moves = len(self.actions)
@@ -74,6 +77,18 @@ class Segment:
         """Observation ``index`` in [0, M], frames stacked on axis 0."""
         frames = self.frames[index:index + self.frame_stack]
         return frames.reshape((-1,) + frames.shape[2:]) if self.frame_stack > 1 else frames[0]
+
+
+@dataclass(frozen=True)
+class SearchResults:
+    """A target-network search of all observations 0..M of a segment."""
+
+    values: np.ndarray
+    """[M + 1] float32 root value of each observation."""
+    policies: np.ndarray
+    """[M, A] float32 visit distribution (temperature 1) at each observation with a move."""
+    version: int
+    """Training step at which the target network that searched was taken."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +159,32 @@ class ReplayBuffer:
             if 0 <= i < len(self.segments):
                 self._priorities[i][pos] = p
         self._max_priority = max(self._max_priority, float(priorities.max()))
+
+    def stalest(self, count: int, older_than: int) -> list[tuple[int, "Segment"]]:
+        """Up to ``count`` (id, segment) pairs whose search results are older than version
+        ``older_than`` (or missing), the oldest results first and, among equals, the
+        newest segments first: new data is searched before old data is searched again."""
+        versions = np.array([s.search.version if s.search is not None else -1 for s in self.segments])
+        stale = np.flatnonzero(versions < older_than)
+        order = stale[np.lexsort((-stale, versions[stale]))][:count]
+        return [(self._first_id + int(i), self.segments[i]) for i in order]
+
+    def next_to_search(self, older_than: int) -> "tuple[int, Segment] | None":
+        """The stalest segment (:meth:`stalest`), or None when all are current."""
+        stale = self.stalest(1, older_than)
+        return stale[0] if stale else None
+
+    def store_search(self, segment_id: int, results: SearchResults) -> bool:
+        """Keeps a segment's search results; False if it was evicted meanwhile."""
+        i = segment_id - self._first_id
+        if not 0 <= i < len(self.segments):
+            return False
+        self.segments[i].search = results
+        return True
+
+    def observations_stored(self) -> int:
+        """Observations a full sweep searches (every segment's M + 1, tails included)."""
+        return sum(s.num_moves + 1 for s in self.segments)
 
     def state_dict(self) -> dict:
         """Priorities and ids (the segments themselves are stored by

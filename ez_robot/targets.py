@@ -59,13 +59,27 @@ class BatchContext:
     """[B, K] float32 1 where the value-prefix target is known."""
     mask_consistency: np.ndarray
     """[B, K] float32 1 where o_{t+u+1} exists (consistency target of step u + 1)."""
+    searched_values: np.ndarray
+    """[B, K + 1] float32 the stored target-network root value of the bootstrap
+    observation, where ``value_fresh`` (buffer reanalyze)."""
+    value_fresh: np.ndarray
+    """[B, K + 1] bool the bootstrap has a stored search result recent enough to use."""
+    searched_policies: np.ndarray
+    """[B, K + 1, A] float32 the stored target-network visit distribution at o_{t+u}, where
+    ``policy_fresh``."""
+    policy_fresh: np.ndarray
+    """[B, K + 1] bool o_{t+u} has a stored search result recent enough to use."""
 
 
 def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
-                    lstm_horizon: int, num_actions: int, rng: np.random.Generator) -> BatchContext:
+                    lstm_horizon: int, num_actions: int, rng: np.random.Generator,
+                    search_from: int | None = None) -> BatchContext:
     """Gathers observations, actions and the reward parts of every target.
 
-    ``horizons`` [B] is l per sample (``dynamic_horizon``, or k without correction)."""
+    ``horizons`` [B] is l per sample (``dynamic_horizon``, or k without correction).
+    ``search_from``: stored search results (:class:`ez_robot.replay.SearchResults`) made
+    by a target network of this version or later are fresh enough to use; ``None`` uses
+    none (the paper's batch reanalyze searches everything)."""
     batch, K = len(ref.positions), unroll_steps
     obs_shape = ref.segments[0].observation(0).shape
     observations = np.empty((batch, K + 1) + obs_shape, ref.segments[0].frames.dtype)
@@ -80,17 +94,25 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
     mask_value = np.zeros((batch, K + 1), np.float32)
     mask_vp = np.zeros((batch, K), np.float32)
     mask_consistency = np.zeros((batch, K), np.float32)
+    searched_values = np.zeros((batch, K + 1), np.float32)
+    value_fresh = np.zeros((batch, K + 1), bool)
+    searched_policies = np.zeros((batch, K + 1, num_actions), np.float32)
+    policy_fresh = np.zeros((batch, K + 1), bool)
     powers = discount ** np.arange(int(horizons.max()) + 1)
 
     for b, (segment, t, l) in enumerate(zip(ref.segments, ref.positions, horizons)):
         moves = segment.num_moves  # observations 0..moves exist; moves 0..moves-1 have actions
         rewards, terminated = segment.rewards, segment.terminated
+        search = segment.search if search_from is not None and segment.search is not None \
+            and segment.search.version >= search_from else None
         for u in range(K + 1):
             pos = t + u
             observations[b, u] = segment.observation(min(pos, moves))
             if pos < moves:
                 mask_policy[b, u] = 1.0
                 policies[b, u] = segment.policies[pos]
+                if search is not None:
+                    searched_policies[b, u], policy_fresh[b, u] = search.policies[pos], True
             if u < K:
                 if pos < moves:
                     actions[b, u] = segment.actions[pos]
@@ -109,5 +131,8 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
                 boot_index[b, u] = pos + horizon
                 boot_discount[b, u] = powers[horizon]
                 stored_values[b, u] = segment.root_values[pos + horizon]
+                if search is not None:
+                    searched_values[b, u], value_fresh[b, u] = search.values[pos + horizon], True
     return BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
-                        policies, mask_policy, mask_value, mask_vp, mask_consistency)
+                        policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
+                        searched_policies, policy_fresh)

@@ -20,7 +20,7 @@ from ez_robot.device import resolve_device, set_threads
 from ez_robot.errors import ConfigError, TrainingAborted
 from ez_robot.evaluation import evaluate
 from ez_robot.inference import search_config
-from ez_robot.reanalyze import reanalyze
+from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze
 from ez_robot.replay import ReplayBuffer
 from ez_robot.run_files import RunFiles
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, next_eval_after, priority_beta,
@@ -52,6 +52,8 @@ class _Run:
                                                                         "selfplay.inference"), seed)
         self.target_inference = TimedInference(self.learner.target_net, dev, self.stopwatch, "reanalyze.inference")
         self.counters = Counters()
+        self.sweeper = Sweeper(config, self.target_inference, self.search_config, self.rng) \
+            if config.reanalyze.mode == "buffer" else None
         if resume is not None:
             self._restore(resume)
 
@@ -87,6 +89,9 @@ class _Run:
         while self.replay.ready() and c.train_steps < due and session.time_left():
             metrics = self._train_step()
             c.train_steps += 1
+            if self.sweeper is not None:  # buffer reanalyze
+                with self.stopwatch("reanalyze.sweep"):
+                    self.sweeper.step(self.replay, self.learner.versions["target"])
             if c.train_steps % TRAIN_LOG_INTERVAL == 0:
                 files.log("train", c, **metrics)
             if c.train_steps % checkpoint_interval == 0:
@@ -97,7 +102,7 @@ class _Run:
         t = self.config.train
         with self.stopwatch("sample"):
             ref, context = sample_batch(self.replay, self.config, self.counters.train_steps, self.spec.num_actions,
-                                        self.rng)
+                                        self.rng, target_version=self.learner.versions["target"])
         with self.stopwatch("reanalyze"):
             targets = reanalyze(context, ref.segments, self.target_inference, self.search_config, self.rng,
                                 policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=t.off_policy_correction)
@@ -134,7 +139,8 @@ class _Run:
         if "sample" in rng:
             self.rng.bit_generator.state = rng["sample"]
         else:  # a Ray checkpoint keeps no generator of ours: derive one from where the run stands
-            self.rng = np.random.default_rng([self.config.seed, self.counters.train_steps])
+            self.rng.bit_generator.state = np.random.default_rng(
+                [self.config.seed, self.counters.train_steps]).bit_generator.state
         if "torch" in rng:
             torch.set_rng_state(rng["torch"])
         if state.get("actor"):
@@ -144,9 +150,10 @@ class _Run:
 
 
 def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, num_actions: int,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, target_version: int):
     """A prioritized sample and its CPU context (beta annealed, dynamic horizon from each
-    move's collection step).  Returns (SampleRef, BatchContext)."""
+    move's collection step, the stored search results recent enough for the target
+    network of ``target_version``).  Returns (SampleRef, BatchContext)."""
     t, total = config.train, total_train_steps(config)
     ref = replay.sample(t.batch_size, priority_beta(config, train_steps, total), rng)
     collected = np.array([s.collected_at[p] for s, p in zip(ref.segments, ref.positions)])
@@ -154,7 +161,8 @@ def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, num_act
         if t.off_policy_correction else np.full(len(collected), t.td_steps)
     searched = search_config(config)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
-                              lstm_horizon=searched.lstm_horizon, num_actions=num_actions, rng=rng)
+                              lstm_horizon=searched.lstm_horizon, num_actions=num_actions, rng=rng,
+                              search_from=fresh_from(config, target_version))
     return ref, context
 
 

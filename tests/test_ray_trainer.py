@@ -52,10 +52,12 @@ def test_a_cluster_without_free_resources_for_the_run_is_named_in_words():
 
 # --- runs -------------------------------------------------------------------------------
 
-def test_both_trainers_write_the_same_kinds_of_metrics(local_ray, tmp_path):
+@pytest.mark.parametrize("mode", ["batch", "buffer"])
+def test_both_trainers_write_the_same_kinds_of_metrics(local_ray, tmp_path, mode):
     from ez_robot import ray_trainer, trainer
 
-    config = load_config("gym:CartPole-v1", budget="240", seed=3, overrides=TINY)
+    config = load_config("gym:CartPole-v1", budget="240", seed=3,
+                         overrides=TINY + [f"reanalyze.mode={mode}", "train.target_update_interval=20"])
     single = trainer.train(config, tmp_path / "single", device="cpu", progress=False, checkpoint_interval=20)
     distributed = ray_trainer.train(config, tmp_path / "ray", workers=1, reanalyze_workers=1, device="cpu",
                                     progress=False, checkpoint_interval=20)

@@ -53,3 +53,25 @@ class PermutedModel:
     def __call__(self, hidden, actions, reset_mask):
         next_hidden, value_prefix, value, logits = self.model(hidden, self.perm[actions], reset_mask)
         return next_hidden, value_prefix, value, logits[:, self.perm]
+
+
+class ToyInference:
+    """An :class:`ElementwiseModel` behind the interface reanalyze and self-play use
+    (``root(observations)`` and ``recurrent_fn``): the root latent is an elementwise
+    function of each observation's sum, so every row is computed alone, bit for bit."""
+
+    def __init__(self, num_actions: int, seed: int = 0):
+        self.model = ElementwiseModel(num_actions, seed)
+        rng = np.random.default_rng(seed + 1)
+        self.scale = rng.normal(0.0, 1.0, self.model.width).astype(np.float32)
+
+    def root(self, observations) -> RootOutput:
+        total = np.asarray(observations, np.float32).reshape(len(observations), -1).sum(axis=1, keepdims=True)
+        latent = np.tanh(total * self.scale[None, :]).astype(np.float32)
+        batch = len(latent)
+        return RootOutput(hidden=(latent, np.zeros(batch, np.float32)), value_prefix=np.zeros(batch, np.float32),
+                          value=(latent[:, 1] * self.model.scales[1]).astype(np.float32),
+                          policy_logits=(latent[:, 2:] * self.model.scales[2]).astype(np.float32))
+
+    def recurrent_fn(self, hidden, actions, reset_mask):
+        return self.model(hidden, actions, reset_mask)

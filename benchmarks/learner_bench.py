@@ -1,0 +1,88 @@
+"""Learner benchmark: one SGD step (EfficientZero's loss, backward, optimizer), the cost
+that is left per training step once reanalyze reads stored search results.
+
+    python benchmarks/learner_bench.py [--threads 1 2] [--steps 30] [--profile]
+
+A synthetic batch (context from a synthetic replay, value and policy targets from it,
+no search) for the DMC-state preset (cartpole_swingup: batch 256, 5 actions), the
+classic preset (gym:CartPole-v1: batch 64, 2 actions) and, at batch 16, the Atari ResNet
+(Pong: 6 actions).  Median step time per torch thread count; ``--profile`` adds the
+operators that take the most time (torch.profiler, first thread count).
+"""
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from _synthetic import segment
+from ez_robot.config import ReplayConfig, load_config
+from ez_robot.learner import Learner
+from ez_robot.networks import make_network
+from ez_robot.reanalyze import Targets
+from ez_robot.replay import ReplayBuffer
+from ez_robot.targets import prepare_context
+
+
+def batch_for(config, frame_shape, stack, actions, dtype, batch, rng):
+    replay = ReplayBuffer(ReplayConfig(capacity=20_000, min_replay_size=1))
+    for _ in range(4):
+        replay.add(segment(rng, moves=400, frame_shape=frame_shape, frame_stack=stack, num_actions=actions,
+                           dtype=dtype))
+    t = config.train
+    ref = replay.sample(batch, 0.4, rng)
+    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.full(batch, t.td_steps),
+                              discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
+                              num_actions=actions, rng=rng)
+    value = context.value_partial + context.bootstrap_discount * context.stored_bootstrap_values
+    targets = Targets(value=value.astype(np.float32), policy=context.stored_policies,
+                      searched_policy=np.ones(batch, bool), num_searches=0)
+    return context, targets, ref.weights
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--tasks", nargs="+", default=["cartpole_swingup", "gym:CartPole-v1", "atari:Pong"])
+    args = parser.parse_args()
+    cases = {"cartpole_swingup": ((5,), 1, 5, np.float32, None), "gym:CartPole-v1": ((4,), 1, 2, np.float32, None),
+             "atari:Pong": ((3, 96, 96), 4, 6, np.uint8, 16)}
+    print(f"torch {torch.__version__}; median of {args.steps} steps")
+    print("| preset | batch | " + " | ".join(f"{n} thread(s) (ms)" for n in args.threads) + " |")
+    print("|---|---|" + "---|" * len(args.threads))
+    profiles = []
+    for task in args.tasks:
+        frame_shape, stack, actions, dtype, batch = cases[task]
+        config = load_config(task)
+        batch = batch or config.train.batch_size
+        rng = np.random.default_rng(0)
+        context, targets, weights = batch_for(config, frame_shape, stack, actions, dtype, batch, rng)
+        obs_shape = (frame_shape[0] * stack, *frame_shape[1:])
+        times = []
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            torch.manual_seed(0)
+            learner = Learner(make_network(obs_shape, actions, config.model), config, 10**6, torch.device("cpu"))
+            learner.step(context, targets, weights)  # warm-up
+            samples = []
+            for _ in range(args.steps):
+                start = time.perf_counter()
+                learner.step(context, targets, weights)
+                samples.append(time.perf_counter() - start)
+            times.append(1000 * float(np.median(samples)))
+            if args.profile and threads == args.threads[0]:
+                from torch.profiler import ProfilerActivity, profile
+
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    for _ in range(5):
+                        learner.step(context, targets, weights)
+                profiles.append((task, prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)))
+        print(f"| {task} ({config.preset}) | {batch} | " + " | ".join(f"{t:.1f}" for t in times) + " |", flush=True)
+    for task, table in profiles:
+        print(f"\n{task}, {args.threads[0]} thread(s), 5 steps:\n{table}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Buffer reanalyze (stored search results) against the paper's batch reanalyze: the same
+targets when nothing is stale, fresh searches where results are too old, and both modes
+through both trainers."""
+import numpy as np
+import pytest
+
+from ez_robot.config import load_config
+from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze, search_segments
+from ez_robot.replay import ReplayBuffer
+from ez_robot.targets import prepare_context
+from tests.test_core import ACTIONS, mdp_segment
+from tests.toy_models import ToyInference
+
+NO_NOISE = ["search.dirichlet_fraction=0", "search.num_simulations=8", "train.batch_size=32", "search.discount=0.9",
+            "train.reanalyze_policy_ratio=0.7"]
+
+
+def filled_replay(config, segments=12, seed=0):
+    rng = np.random.default_rng(seed)
+    replay = ReplayBuffer(config.replay)
+    for _ in range(segments):
+        replay.add(mdp_segment(rng))
+    return replay
+
+
+def targets_for(config, replay, search_from, seed=3):
+    """One batch's targets: the same sample, horizons and generator for either path."""
+    t, rng = config.train, np.random.default_rng(seed)
+    ref = replay.sample(t.batch_size, 0.4, rng)
+    horizons = rng.integers(1, t.td_steps + 1, t.batch_size)
+    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=config.search.discount,
+                              lstm_horizon=config.search.lstm_horizon, num_actions=ACTIONS, rng=rng,
+                              search_from=search_from)
+    return reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, rng,
+                     policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
+
+
+def test_stored_results_give_the_targets_a_fresh_search_gives():
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE)
+    replay = filled_replay(config)
+    results = search_segments(replay.segments, ToyInference(ACTIONS), config.search, np.random.default_rng(9),
+                              version=400)
+    for segment_id, result in zip(range(len(replay.segments)), results):
+        replay.store_search(segment_id, result)
+    fresh = targets_for(config, replay, search_from=None)  # the paper's batch reanalyze: search everything
+    stored = targets_for(config, replay, search_from=400)  # every bootstrap and policy from the stored results
+    assert fresh.num_searches > 100 and stored.num_searches == 0
+    np.testing.assert_array_equal(stored.value, fresh.value)
+    np.testing.assert_array_equal(stored.policy, fresh.policy)
+    np.testing.assert_array_equal(stored.searched_policy, fresh.searched_policy)
+
+
+def test_results_older_than_the_bound_are_searched_again():
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE + ["reanalyze.staleness=2",
+                                                                 "train.target_update_interval=100"])
+    replay = filled_replay(config)
+    (result,) = search_segments(replay.segments[:1], ToyInference(ACTIONS), config.search,
+                                np.random.default_rng(0), version=300)
+    for segment_id in range(len(replay.segments)):
+        replay.store_search(segment_id, result)  # (the same episode: every segment's moves are alike)
+    assert fresh_from(config, target_version=500) == 300  # two target updates behind: still used
+    assert targets_for(config, replay, fresh_from(config, 500)).num_searches == 0
+    assert fresh_from(config, target_version=600) == 400  # three behind: refused, searched again
+    assert targets_for(config, replay, fresh_from(config, 600)).num_searches > 100
+    assert fresh_from(load_config("gym:CartPole-v1", overrides=["reanalyze.mode=batch"]), 600) is None
+
+
+def test_the_sweep_searches_new_data_first_and_each_segment_once_per_target():
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE + ["train.target_update_interval=10"])
+    replay = filled_replay(config, segments=4)
+    sweeper = Sweeper(config, ToyInference(ACTIONS), config.search, np.random.default_rng(0))
+    per_segment = replay.segments[0].num_moves + 1
+    searched = [sweeper.step(replay, target_version=10) for _ in range(10)]  # one target period
+    assert sum(searched) == 4 * per_segment  # every segment once, paced over the period
+    assert max(searched) == per_segment and all(s.search.version == 10 for s in replay.segments)
+    assert sweeper.step(replay, target_version=10) == 0  # nothing older than the current target
+    rng = np.random.default_rng(5)
+    replay.add(mdp_segment(rng))  # new data is searched before anything is searched again
+    assert sweeper.step(replay, target_version=20) == per_segment
+    assert replay.segments[-1].search.version == 20 and replay.segments[0].search.version == 10
+
+
+@pytest.mark.parametrize("mode", ["batch", "buffer"])
+def test_both_modes_train_in_one_process(tmp_path, mode):
+    from ez_robot.trainer import train
+
+    config = load_config("gym:CartPole-v1", budget="240", overrides=[
+        "replay.min_replay_size=60", "train.batch_size=8", "search.num_simulations=4",
+        "train.train_steps_per_agent_step=0.5", "train.eval_episodes=2", "train.target_update_interval=20",
+        f"reanalyze.mode={mode}"])
+    summary = train(config, tmp_path, device="cpu", progress=False)
+    assert (summary["agent_steps"], summary["train_steps"]) == (240, 120)
+    assert ("reanalyze.sweep" in summary["seconds"]) == (mode == "buffer")
