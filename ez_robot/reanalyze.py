@@ -110,7 +110,8 @@ class Sweeper:
     """The buffer sweep inside a training loop (one process, or a Ray learner without
     reanalyze workers): after each training step it searches the stalest segments, at
     the pace that refreshes every stored observation once per ``staleness`` target
-    periods.  ``replay`` is a :class:`ez_robot.replay.ReplayBuffer` or anything with its
+    periods (``staleness`` 0: all of them as soon as the target network changes).
+    ``replay`` is a :class:`ez_robot.replay.ReplayBuffer` or anything with its
     ``observations_stored``, ``next_to_search`` and ``store_search``."""
 
     def __init__(self, config, inference: TorchInference, search_config: SearchConfig, rng: np.random.Generator):
@@ -120,7 +121,10 @@ class Sweeper:
     def step(self, replay, target_version: int) -> int:
         """One training step's share of the sweep; returns the observations searched."""
         r, t = self.config.reanalyze, self.config.train
-        self.credit += replay.observations_stored() / (max(r.staleness, 1) * t.target_update_interval)
+        if r.staleness == 0:  # only the current target network's results count: refresh all of them now
+            self.credit = float("inf")
+        else:
+            self.credit += replay.observations_stored() / (r.staleness * t.target_update_interval)
         searched, older_than = 0, sweep_older_than(self.config, target_version)
         while self.credit > 0:
             item = replay.next_to_search(older_than)
