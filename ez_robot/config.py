@@ -204,11 +204,12 @@ class ReanalyzeConfig:
     policy observations with the target network (~3,000 roots for batch 256); buffer: a
     sweep searches every stored position once per target-network version and stores the
     results in replay, and a batch reads them (searching only what is missing or stale)."""
-    staleness: int = 1
+    staleness: int = 0
     """buffer: how many target-network updates a stored result may lag behind the current
-    target network and still be used (0: only the current one's); older results are
-    searched again in the batch.  The sweep refreshes every position once per
-    ``staleness`` target periods."""
+    target network and still be used; older results are searched again in the batch.
+    0: the current target network's, swept as soon as it changes (while that sweep is
+    still running beside training, on Ray, the previous one's); ``s`` >= 1: the sweep
+    refreshes every stored observation once per ``s`` target periods."""
 
     def __post_init__(self):
         _check("reanalyze", [

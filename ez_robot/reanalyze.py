@@ -91,12 +91,17 @@ def search_segments(segments: list, inference: TorchInference, search_config: Se
     return results
 
 
-def fresh_from(config, target_version: int) -> int | None:
-    """The oldest target-network version whose stored results a batch may use (``None``
-    in batch mode: it uses none)."""
+def fresh_from(config, target_version: int, swept_version: int) -> int | None:
+    """The oldest target-network version whose stored results a batch may use: the
+    current one's with ``staleness`` 0 once its sweep is complete (``swept_version``),
+    the previous one's while that sweep runs (Ray sweeps beside training; one process
+    completes it before the next batch); ``staleness`` target updates back otherwise.
+    ``None`` in batch mode: a batch uses none."""
     r, t = config.reanalyze, config.train
     if r.mode == "batch":
         return None
+    if r.staleness == 0:
+        return target_version if swept_version >= target_version else target_version - t.target_update_interval
     return target_version - r.staleness * t.target_update_interval
 
 

@@ -112,6 +112,9 @@ class ReplayBuffer:
     _priorities: list = field(default_factory=list)
     _first_id: int = 0
     _max_priority: float = 1.0
+    swept_version: int = -1
+    """Buffer reanalyze: the latest target version every stored segment has results of
+    (its sweep is complete); -1 before any."""
     _num_moves: int = 0
 
     def __len__(self) -> int:
@@ -170,8 +173,11 @@ class ReplayBuffer:
         return [(self._first_id + int(i), self.segments[i]) for i in order]
 
     def next_to_search(self, older_than: int) -> "tuple[int, Segment] | None":
-        """The stalest segment (:meth:`stalest`), or None when all are current."""
+        """The stalest segment (:meth:`stalest`), or None when all are current (the sweep
+        up to ``older_than`` is complete)."""
         stale = self.stalest(1, older_than)
+        if not stale:
+            self.swept_version = max(self.swept_version, older_than)
         return stale[0] if stale else None
 
     def store_search(self, segment_id: int, results: SearchResults) -> bool:

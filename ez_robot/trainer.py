@@ -162,7 +162,7 @@ def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, num_act
     searched = search_config(config)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
                               lstm_horizon=searched.lstm_horizon, num_actions=num_actions, rng=rng,
-                              search_from=fresh_from(config, target_version))
+                              search_from=fresh_from(config, target_version, replay.swept_version))
     return ref, context
 
 
