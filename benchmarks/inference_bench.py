@@ -1,12 +1,14 @@
 """Network inference benchmark: the two entry points the search calls.
 
-    python benchmarks/inference_bench.py [--threads 1] [--device cpu]
+    python benchmarks/inference_bench.py [--threads 1] [--device cpu] [--models state classic atari]
 
 ``initial_inference`` and ``recurrent_inference`` (+ support -> scalar, as
 ``TorchInference`` does), eval mode, no grad, for the DMC-state MLP (cartpole_swingup
-preset, 125 actions) and the Atari ResNet (96x96x12, 18 actions), at the batch sizes
-self-play (1, 16) and reanalyze (256, 1024) use.  Median of repeated calls; rows/s is
-batch / time.
+preset, 5 actions), the classic MLP (gym:CartPole-v1 preset, 2 actions) and the Atari
+ResNet (96x96x12, 18 actions), at the batch sizes self-play (1, 16) and reanalyze (256,
+410: one buffer-sweep segment, 1024) use.  Each also through onnxruntime (the graphs
+``ez-robot export`` writes, one intra-op thread), on CPU.  Median of repeated calls;
+rows/s is batch / time.
 """
 import argparse
 import time
@@ -19,7 +21,7 @@ from ez_robot.inference import TorchInference
 from ez_robot.networks import make_network
 
 
-def median_ms(fn, seconds=2.0):
+def median_ms(fn, seconds: float = 2.0):
     fn()
     times, start = [], time.perf_counter()
     while time.perf_counter() - start < seconds or len(times) < 5:
@@ -29,35 +31,59 @@ def median_ms(fn, seconds=2.0):
     return 1000 * float(np.median(times))
 
 
+def onnx_inference(net):
+    """The net's exported graphs on onnxruntime (what the onboard runtime loads)."""
+    import tempfile
+    from pathlib import Path
+
+    import onnxruntime as ort
+
+    from ez_robot.export.onnx_export import export_network
+    from ez_robot.export.runtime import Networks, session_options
+
+    with tempfile.TemporaryDirectory() as tmp:
+        export_network(net, Path(tmp))
+        options = session_options("latency")
+        sessions = [ort.InferenceSession(str(Path(tmp) / name), options, providers=["CPUExecutionProvider"])
+                    for name in ("initial.onnx", "recurrent.onnx")]
+    return Networks(*sessions, net.lstm_hidden)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--models", nargs="+", default=["state", "classic", "atari"])
+    parser.add_argument("--seconds", type=float, default=2.0, help="timing per measurement")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), device {args.device}")
-    print("| model | batch | initial (ms) | recurrent (ms) | recurrent rows/s |")
-    print("|---|---|---|---|---|")
-    for label, task, obs_shape, actions in [("DMC state MLP", "cartpole_swingup", (5,), 125),
-                                            ("Atari ResNet", "atari:Pong", (12, 96, 96), 18)]:
+    print("| model | batch | backend | initial (ms) | recurrent (ms) | recurrent rows/s |")
+    print("|---|---|---|---|---|---|")
+    models = {"state": ("DMC state MLP", "cartpole_swingup", (5,), 5), "classic": ("classic MLP", "gym:CartPole-v1",
+              (4,), 2), "atari": ("Atari ResNet", "atari:Pong", (12, 96, 96), 18)}
+    for label, task, obs_shape, actions in (models[m] for m in args.models):
         config = load_config(task)
         net = make_network(obs_shape, actions, config.model).to(args.device).eval()
-        inference = TorchInference(net, args.device)
+        backends = {"torch": TorchInference(net, args.device)}
+        if args.device == "cpu":
+            backends["onnxruntime"] = onnx_inference(net)
         rng = np.random.default_rng(0)
-        for batch in (1, 16, 256, 1024):
+        for batch in (1, 16, 256, 410, 1024):
             if len(obs_shape) == 3:
                 if batch > 256:
                     continue  # 1024 Atari observations are 340 MB; reanalyze chunks below that
                 obs = rng.integers(0, 256, (batch, *obs_shape), dtype=np.uint8)
             else:
                 obs = rng.normal(size=(batch, *obs_shape)).astype(np.float32)
-            root = inference.root(obs)
             actions_in = rng.integers(0, actions, batch).astype(np.int32)
             reset = np.zeros(batch, bool)
-            initial = median_ms(lambda: inference.root(obs))
-            recurrent = median_ms(lambda: inference.recurrent_fn(root.hidden, actions_in, reset))
-            print(f"| {label} | {batch} | {initial:.2f} | {recurrent:.2f} | {batch * 1000 / recurrent:,.0f} |",
-                  flush=True)
+            for name, inference in backends.items():
+                root = inference.root(obs)
+                initial = median_ms(lambda: inference.root(obs), args.seconds)
+                recurrent = median_ms(lambda: inference.recurrent_fn(root.hidden, actions_in, reset), args.seconds)
+                print(f"| {label} | {batch} | {name} | {initial:.3f} | {recurrent:.3f} | "
+                      f"{batch * 1000 / recurrent:,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
-from ez_robot.inference import TorchInference
-
 __all__ = ["Stopwatch", "TimedInference"]
 
 
@@ -33,18 +31,22 @@ class Stopwatch:
         return out
 
 
-class TimedInference(TorchInference):
-    """:class:`TorchInference` that adds the time of its network calls to ``stopwatch[name]``,
-    so that a search's time splits into network inference and the rest (tree, driver)."""
+class TimedInference:
+    """An inference (:class:`TorchInference` or :class:`OnnxInference`) that adds the time
+    of its network calls to ``stopwatch[name]``, so that a search's time splits into
+    network inference and the rest (tree, driver)."""
 
-    def __init__(self, net, device, stopwatch: Stopwatch, name: str):
-        super().__init__(net, device)
-        self.stopwatch, self.name = stopwatch, name
+    def __init__(self, inner, stopwatch: Stopwatch, name: str):
+        self.inner, self.stopwatch, self.name = inner, stopwatch, name
 
     def root(self, observations):
         with self.stopwatch(self.name):
-            return super().root(observations)
+            return self.inner.root(observations)
 
     def recurrent_fn(self, hidden, actions, reset_mask):
         with self.stopwatch(self.name):
-            return super().recurrent_fn(hidden, actions, reset_mask)
+            return self.inner.recurrent_fn(hidden, actions, reset_mask)
+
+    def refresh(self) -> None:
+        with self.stopwatch(f"{self.name}.refresh"):
+            self.inner.refresh()

@@ -164,6 +164,10 @@ class TrainConfig:
     """Training steps between target-network refreshes."""
     eval_episodes: int = 32
     """Evaluation episodes."""
+    inference: str = "onnxruntime"
+    """Network calls of the searches in self-play and reanalyze on the CPU: onnxruntime
+    (the networks exported again after each weight refresh; several times faster on the
+    small batches of a search) or torch.  On a GPU they always run in torch."""
     consistency: bool = True
     """Ablation: SimSiam temporal-consistency loss."""
     value_prefix: bool = True
@@ -191,6 +195,7 @@ class TrainConfig:
             ("selfplay_update_interval", self.selfplay_update_interval >= 1, ">= 1"),
             ("target_update_interval", self.target_update_interval >= 1, ">= 1"),
             ("eval_episodes", self.eval_episodes >= 1, ">= 1"),
+            ("inference", self.inference in ("onnxruntime", "torch"), "'onnxruntime' or 'torch'"),
         ], self)
 
 
@@ -211,10 +216,19 @@ class ReanalyzeConfig:
     still running beside training, on Ray, the previous one's); ``s`` >= 1: the sweep
     refreshes every stored observation once per ``s`` target periods."""
 
+    sweeps_per_target: int = 1
+    """buffer, staleness 0: times each target network sweeps the buffer, evenly spread
+    over its period, each with fresh root noise (batch mode searches a position afresh
+    every time a batch samples it: ~25 times a period for the DMC presets)."""
+    root_noise: bool = True
+    """Dirichlet noise at the roots of reanalyze's searches, as in self-play (the paper's
+    reanalyze has it)."""
+
     def __post_init__(self):
         _check("reanalyze", [
             ("mode", self.mode in REANALYZE_MODES, " or ".join(repr(m) for m in REANALYZE_MODES)),
             ("staleness", 0 <= self.staleness <= 1000, "in [0, 1000]"),
+            ("sweeps_per_target", 1 <= self.sweeps_per_target <= 1000, "in [1, 1000]"),
         ], self)
 
 

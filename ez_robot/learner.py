@@ -153,6 +153,8 @@ class Learner:
             "grad_norm": float(grad_norm),
             "lr": lr,
             "target_value_mean": float(targets.value[:, 0].mean()),
+            "reanalyze_searches": targets.num_searches,  # roots this batch searched
+            "reanalyze_stored": targets.num_stored,  # targets it read from the buffer sweep's results
         }
         return metrics, priorities
 

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import ray
-import torch
 
 from ez_robot._timing import Stopwatch, TimedInference
 from ez_robot.builders import EnvSpec, make_actor, make_envs, make_learner, make_model, make_replay
@@ -39,8 +38,8 @@ from ez_robot.config import Config
 from ez_robot.device import resolve_device, set_threads
 from ez_robot.errors import TrainingAborted
 from ez_robot.evaluation import evaluate
-from ez_robot.inference import search_config
-from ez_robot.reanalyze import Sweeper, Targets, reanalyze, search_segments, sweep_older_than
+from ez_robot.inference import make_inference
+from ez_robot.reanalyze import Sweeper, Targets, reanalyze, reanalyze_search_config, search_segments, sweep_round
 from ez_robot.schedules import TRAIN_LOG_INTERVAL, Counters, temperature_at, total_train_steps, train_steps_due
 from ez_robot.targets import BatchContext
 from ez_robot.trainer import sample_batch
@@ -112,7 +111,8 @@ class SharedStorage:
 
     def sweep_status(self) -> dict:
         """What a sweeping reanalyze worker needs each round: the target version, stop."""
-        return {"target_version": self.weights["target"][0], "stop": self.stopping}
+        return {"target_version": self.weights["target"][0], "train_steps": self.counters.train_steps,
+                "stop": self.stopping}
 
     def set_train_steps(self, train_steps: int) -> None:
         self.counters.train_steps = train_steps
@@ -247,16 +247,16 @@ class Reanalyzer:
         self.config, self.stopwatch = config, Stopwatch()
         self.rng = np.random.default_rng(seed)
         self.dev = resolve_device(device)
-        self.search_config = search_config(config)
+        self.search_config = reanalyze_search_config(config)
         self.net = make_model(config, spec).to(self.dev).eval()
-        self.inference = TimedInference(self.net, self.dev, self.stopwatch, "reanalyze.inference")
+        self.inference = TimedInference(make_inference(self.net, self.dev, config.train.inference), self.stopwatch,
+                                        "reanalyze.inference")
         self.target_version = -1
 
     def prepare(self, train_steps: int, target_version: int) -> _Prepared | None:
         """One batch: sample + context (replay actor), then reanalyze with the target network."""
         if target_version != self.target_version:
-            self.target_version, weights = ray.get(self.storage.get_weights.remote("target"))
-            self.net.load_state_dict(weights)
+            self._load_target()
         with self.stopwatch("sample"):
             sample = ray.get(self.replay.sample.remote(train_steps, target_version))
         if sample is None:
@@ -269,6 +269,11 @@ class Reanalyzer:
         return _Prepared(sample.context, targets, sample.weights, sample.segment_ids, sample.positions,
                          self.stopwatch.take())
 
+    def _load_target(self) -> None:
+        self.target_version, weights = ray.get(self.storage.get_weights.remote("target"))
+        self.net.load_state_dict(weights)
+        self.inference.refresh()
+
     def sweep(self) -> int:
         """Buffer reanalyze: searches the stalest segments with the target network until
         the run stops (each once per target version); returns how many it searched."""
@@ -278,16 +283,16 @@ class Reanalyzer:
             if status["stop"]:
                 return searched
             if status["target_version"] != self.target_version:
-                self.target_version, weights = ray.get(self.storage.get_weights.remote("target"))
-                self.net.load_state_dict(weights)
-            item = ray.get(self.replay.next_to_search.remote(sweep_older_than(self.config, self.target_version)))
+                self._load_target()
+            current = sweep_round(self.config, self.target_version, status["train_steps"])
+            item = ray.get(self.replay.next_to_search.remote(current))
             if item is None:  # everything is current: wait for the next target network
                 time.sleep(0.1)
                 continue
             segment_id, segment = item
             with self.stopwatch("reanalyze.sweep"):
                 (results,) = search_segments([segment], self.inference, self.search_config, self.rng,
-                                             self.target_version)
+                                             self.target_version, round=current)
             self.replay.store_search.remote(segment_id, results)
             searched += 1
             self.storage.add_seconds.remote(self.stopwatch.take())
@@ -318,9 +323,10 @@ class LearnerWorker:
         self.pending: dict = {}  # request -> index of the reanalyze worker that prepares it
         self.due = 0
         if self.buffer:  # batches come straight from replay and are completed with our own target network
-            self.rng, self.search_config = np.random.default_rng(config.seed + 1), search_config(config)
-            self.target_inference = TimedInference(self.learner.target_net, self.dev, self.stopwatch,
-                                                   "reanalyze.inference")
+            self.rng, self.search_config = np.random.default_rng(config.seed + 1), reanalyze_search_config(config)
+            self.target_inference = TimedInference(make_inference(self.learner.target_net, self.dev,
+                                                                  config.train.inference),
+                                                   self.stopwatch, "reanalyze.inference")
             self.sample_ahead = None  # (request, target version it was asked with)
             # without reanalyze workers the sweep runs here, paced between training steps
             self.sweeper = None if self.reanalyzers else Sweeper(config, self.target_inference,
@@ -349,7 +355,7 @@ class LearnerWorker:
             self._publish()
             if self.buffer and self.sweeper is not None:
                 with self.stopwatch("reanalyze.sweep"):
-                    self.sweeper.step(_RemoteReplay(self.replay), self.learner.versions["target"])
+                    self.sweeper.step(_RemoteReplay(self.replay), self.learner.versions["target"], self.train_steps)
             if self.train_steps % TRAIN_LOG_INTERVAL == 0:
                 records.append((self.train_steps, metrics))
         return {"train_steps": self.train_steps, "records": records, "seconds": self.stopwatch.take()}
@@ -361,6 +367,8 @@ class LearnerWorker:
             if version != self.published[kind]:
                 ray.get(self.storage.set_weights.remote(kind, version, self.learner.weights(kind)))
                 self.published[kind] = version
+                if kind == "target" and self.buffer:  # our own copy for the batches' missing searches
+                    self.target_inference.refresh()
 
     def _due(self) -> int:
         """Training steps allowed now: the ratio to the agent steps self-play has played."""
@@ -456,9 +464,9 @@ class SelfPlayWorker:
         seed = int(np.random.SeedSequence([config.seed, index, generation, start_steps]).generate_state(1)[0] >> 1)
         self.net = make_model(config, spec).eval()
         self.version = -1
-        self.actor = make_actor(config, spec, make_envs(config, seed, num_envs),
-                                TimedInference(self.net, torch.device("cpu"), self.stopwatch, "selfplay.inference"),
-                                seed)
+        self.inference = TimedInference(make_inference(self.net, "cpu", config.train.inference), self.stopwatch,
+                                        "selfplay.inference")
+        self.actor = make_actor(config, spec, make_envs(config, seed, num_envs), self.inference, seed)
 
     def run(self) -> int:
         """Self-play until the budget is spent or the run stops; returns the decisions made."""
@@ -478,6 +486,7 @@ class SelfPlayWorker:
             if grant["acting_version"] != self.version:
                 self.version, weights = ray.get(self.storage.get_weights.remote("acting"))
                 self.net.load_state_dict(weights)
+                self.inference.refresh()
             steps = grant["granted"] // self.num_envs
             episodes, errors = self._play(steps, grant["train_steps"])
             decisions += steps

@@ -28,7 +28,8 @@ from ez_robot.inference import TorchInference, run_search
 from ez_robot.replay import SearchResults
 from ez_robot.targets import BatchContext
 
-__all__ = ["Targets", "reanalyze", "search_segments", "fresh_from", "sweep_older_than", "Sweeper"]
+__all__ = ["Targets", "reanalyze", "search_segments", "fresh_from", "sweep_round", "reanalyze_search_config",
+           "Sweeper"]
 
 
 @dataclass
@@ -40,7 +41,9 @@ class Targets:
     searched_policy: np.ndarray
     """[B] bool: the sample's policy targets come from a target-network search."""
     num_searches: int
-    """Roots searched for this batch (stored results used instead are not counted)."""
+    """Roots searched for this batch."""
+    num_stored: int = 0
+    """Bootstraps and policies taken from stored search results instead (buffer mode)."""
 
 
 def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInference, search_config: SearchConfig,
@@ -71,12 +74,14 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
         values[value_cells] = out.root_values[:num_value_roots]
         policy[policy_cells] = out.policy[num_value_roots:]
     value = context.value_partial + context.bootstrap_discount * np.where(bootstrap, values, 0.0)
+    num_stored = int((context.value_fresh & bootstrap).sum()) if off_policy_correction else 0
     return Targets(value=value.astype(np.float32), policy=policy, searched_policy=policy_rows,
-                   num_searches=len(roots))
+                   num_searches=len(roots), num_stored=num_stored + int(stored_policy.sum()))
 
 
 def search_segments(segments: list, inference: TorchInference, search_config: SearchConfig,
-                    rng: np.random.Generator, version: int, max_search_batch: int = 1024) -> list[SearchResults]:
+                    rng: np.random.Generator, version: int, round: int = -1,
+                    max_search_batch: int = 1024) -> list[SearchResults]:
     """One target-network search of every observation of each segment (the buffer sweep's
     unit of work), with root noise as a batch search has it."""
     observations = np.concatenate([np.stack([s.observation(i) for i in range(s.num_moves + 1)]) for s in segments])
@@ -86,29 +91,42 @@ def search_segments(segments: list, inference: TorchInference, search_config: Se
     for segment in segments:
         end = start + segment.num_moves + 1
         results.append(SearchResults(values=out.root_values[start:end].astype(np.float32),
-                                     policies=policies[start:end - 1].astype(np.float32), version=version))
+                                     policies=policies[start:end - 1].astype(np.float32), version=version,
+                                     round=round))
         start = end
     return results
 
 
-def fresh_from(config, target_version: int, swept_version: int) -> int | None:
+def fresh_from(config, target_version: int, swept_round: int) -> int | None:
     """The oldest target-network version whose stored results a batch may use: the
-    current one's with ``staleness`` 0 once its sweep is complete (``swept_version``),
-    the previous one's while that sweep runs (Ray sweeps beside training; one process
-    completes it before the next batch); ``staleness`` target updates back otherwise.
-    ``None`` in batch mode: a batch uses none."""
+    current one's with ``staleness`` 0 once its first sweep round is complete
+    (``swept_round``), the previous one's while it runs (Ray sweeps beside training; one
+    process completes it before the next batch); ``staleness`` target updates back
+    otherwise.  ``None`` in batch mode: a batch uses none."""
     r, t = config.reanalyze, config.train
     if r.mode == "batch":
         return None
     if r.staleness == 0:
-        return target_version if swept_version >= target_version else target_version - t.target_update_interval
+        return target_version if swept_round >= target_version else target_version - t.target_update_interval
     return target_version - r.staleness * t.target_update_interval
 
 
-def sweep_older_than(config, target_version: int) -> int:
-    """The sweep searches again the segments whose results are older than this version:
-    every one once per ``staleness`` target periods (once per period for 0 and 1)."""
-    return target_version - (max(config.reanalyze.staleness, 1) - 1) * config.train.target_update_interval
+def sweep_round(config, target_version: int, train_steps: int) -> int:
+    """The sweep round now (the training step it began at): the sweep searches again
+    whatever is older.  ``staleness`` 0: ``sweeps_per_target`` rounds per target network,
+    evenly spread over its period; ``s`` >= 1: one round every ``s`` target periods."""
+    r, interval = config.reanalyze, config.train.target_update_interval
+    if r.staleness >= 1:
+        return target_version - (r.staleness - 1) * interval
+    every = max(interval // r.sweeps_per_target, 1)
+    return target_version + max(train_steps - target_version, 0) // every * every
+
+
+def reanalyze_search_config(config) -> SearchConfig:
+    """Reanalyze's searches: the run's search, with or without root noise."""
+    from ez_robot.inference import search_config
+
+    return search_config(config).replace(add_noise=config.reanalyze.root_noise)
 
 
 class Sweeper:
@@ -123,21 +141,22 @@ class Sweeper:
         self.config, self.inference, self.search_config, self.rng = config, inference, search_config, rng
         self.credit = 0.0  # observations the sweep may search now
 
-    def step(self, replay, target_version: int) -> int:
+    def step(self, replay, target_version: int, train_steps: int) -> int:
         """One training step's share of the sweep; returns the observations searched."""
         r, t = self.config.reanalyze, self.config.train
-        if r.staleness == 0:  # only the current target network's results count: refresh all of them now
+        if r.staleness == 0:  # a round refreshes everything as soon as it begins
             self.credit = float("inf")
         else:
             self.credit += replay.observations_stored() / (r.staleness * t.target_update_interval)
-        searched, older_than = 0, sweep_older_than(self.config, target_version)
+        searched, older_than = 0, sweep_round(self.config, target_version, train_steps)
         while self.credit > 0:
             item = replay.next_to_search(older_than)
             if item is None:
                 self.credit = 0.0  # all current: no credit piles up for later
                 break
             segment_id, segment = item
-            (results,) = search_segments([segment], self.inference, self.search_config, self.rng, target_version)
+            (results,) = search_segments([segment], self.inference, self.search_config, self.rng, target_version,
+                                         round=older_than)
             replay.store_search(segment_id, results)
             self.credit -= segment.num_moves + 1
             searched += segment.num_moves + 1

@@ -89,6 +89,9 @@ class SearchResults:
     """[M, A] float32 visit distribution (temperature 1) at each observation with a move."""
     version: int
     """Training step at which the target network that searched was taken."""
+    round: int = -1
+    """The sweep round it belongs to (a training step: when the round began); the sweep
+    searches again what is older than the current round."""
 
 
 @dataclass(frozen=True)
@@ -112,9 +115,9 @@ class ReplayBuffer:
     _priorities: list = field(default_factory=list)
     _first_id: int = 0
     _max_priority: float = 1.0
-    swept_version: int = -1
-    """Buffer reanalyze: the latest target version every stored segment has results of
-    (its sweep is complete); -1 before any."""
+    swept_round: int = -1
+    """Buffer reanalyze: the latest sweep round every stored segment has results of (that
+    round is complete); -1 before any."""
     _num_moves: int = 0
 
     def __len__(self) -> int:
@@ -164,12 +167,12 @@ class ReplayBuffer:
         self._max_priority = max(self._max_priority, float(priorities.max()))
 
     def stalest(self, count: int, older_than: int) -> list[tuple[int, "Segment"]]:
-        """Up to ``count`` (id, segment) pairs whose search results are older than version
-        ``older_than`` (or missing), the oldest results first and, among equals, the
-        newest segments first: new data is searched before old data is searched again."""
-        versions = np.array([s.search.version if s.search is not None else -1 for s in self.segments])
-        stale = np.flatnonzero(versions < older_than)
-        order = stale[np.lexsort((-stale, versions[stale]))][:count]
+        """Up to ``count`` (id, segment) pairs whose search results are from a sweep round
+        before ``older_than`` (or missing), the oldest results first and, among equals,
+        the newest segments first: new data is searched before old data is searched again."""
+        rounds = np.array([s.search.round if s.search is not None else -1 for s in self.segments])
+        stale = np.flatnonzero(rounds < older_than)
+        order = stale[np.lexsort((-stale, rounds[stale]))][:count]
         return [(self._first_id + int(i), self.segments[i]) for i in order]
 
     def next_to_search(self, older_than: int) -> "tuple[int, Segment] | None":
@@ -177,7 +180,7 @@ class ReplayBuffer:
         up to ``older_than`` is complete)."""
         stale = self.stalest(1, older_than)
         if not stale:
-            self.swept_version = max(self.swept_version, older_than)
+            self.swept_round = max(self.swept_round, older_than)
         return stale[0] if stale else None
 
     def store_search(self, segment_id: int, results: SearchResults) -> bool:

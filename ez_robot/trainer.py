@@ -19,8 +19,8 @@ from ez_robot.config import Config
 from ez_robot.device import resolve_device, set_threads
 from ez_robot.errors import ConfigError, TrainingAborted
 from ez_robot.evaluation import evaluate
-from ez_robot.inference import search_config
-from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze
+from ez_robot.inference import make_inference, search_config
+from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze, reanalyze_search_config
 from ez_robot.replay import ReplayBuffer
 from ez_robot.run_files import RunFiles
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, next_eval_after, priority_beta,
@@ -40,7 +40,7 @@ class _Run:
         self.config, self.dev, self.num_envs, self.replay_files = config, dev, num_envs, replay_files
         self.rng = np.random.default_rng(config.seed)
         self.stopwatch = Stopwatch()
-        self.search_config = search_config(config)
+        self.search_config = reanalyze_search_config(config)
         # a resumed run starts fresh episodes: other env seeds than the run's first ones
         seed = config.seed + (resume["counters"]["agent_steps"] if resume else 0)
         envs = make_envs(config, seed, num_envs)
@@ -48,9 +48,15 @@ class _Run:
         self.learner = make_learner(config, self.spec, dev)
         self.total_train_steps = self.learner.total_train_steps
         self.replay: ReplayBuffer = make_replay(config)
-        self.actor = make_actor(config, self.spec, envs, TimedInference(self.learner.acting_net, dev, self.stopwatch,
-                                                                        "selfplay.inference"), seed)
-        self.target_inference = TimedInference(self.learner.target_net, dev, self.stopwatch, "reanalyze.inference")
+        backend = config.train.inference
+        self.inferences = {  # the learner's snapshots, as the searches call them
+            "acting": TimedInference(make_inference(self.learner.acting_net, dev, backend), self.stopwatch,
+                                     "selfplay.inference"),
+            "target": TimedInference(make_inference(self.learner.target_net, dev, backend), self.stopwatch,
+                                     "reanalyze.inference")}
+        self.inference_versions = dict(self.learner.versions)
+        self.actor = make_actor(config, self.spec, envs, self.inferences["acting"], seed)
+        self.target_inference = self.inferences["target"]
         self.counters = Counters()
         self.sweeper = Sweeper(config, self.target_inference, self.search_config, self.rng) \
             if config.reanalyze.mode == "buffer" else None
@@ -89,13 +95,22 @@ class _Run:
         while self.replay.ready() and c.train_steps < due and session.time_left():
             metrics = self._train_step()
             c.train_steps += 1
+            self._refresh_inference()
             if self.sweeper is not None:  # buffer reanalyze
                 with self.stopwatch("reanalyze.sweep"):
-                    self.sweeper.step(self.replay, self.learner.versions["target"])
+                    self.sweeper.step(self.replay, self.learner.versions["target"], c.train_steps)
             if c.train_steps % TRAIN_LOG_INTERVAL == 0:
                 files.log("train", c, **metrics)
             if c.train_steps % checkpoint_interval == 0:
                 self.save(files)
+
+    def _refresh_inference(self) -> None:
+        """The searches' copies of the acting and target networks, after the learner
+        refreshed them (onnxruntime graphs are exported again)."""
+        for kind, version in self.learner.versions.items():
+            if version != self.inference_versions[kind]:
+                self.inferences[kind].refresh()
+                self.inference_versions[kind] = version
 
     def _train_step(self) -> dict:
         """sample -> dynamic horizon -> context -> reanalyze -> SGD step -> new priorities."""
@@ -143,6 +158,9 @@ class _Run:
                 [self.config.seed, self.counters.train_steps]).bit_generator.state
         if "torch" in rng:
             torch.set_rng_state(rng["torch"])
+        for inference in self.inferences.values():  # the snapshots' weights came from the checkpoint
+            inference.refresh()
+        self.inference_versions = dict(self.learner.versions)
         if state.get("actor"):
             self.actor.load_state_dict(state["actor"])
         if self.replay_files and state.get("replay"):
@@ -162,7 +180,7 @@ def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, num_act
     searched = search_config(config)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
                               lstm_horizon=searched.lstm_horizon, num_actions=num_actions, rng=rng,
-                              search_from=fresh_from(config, target_version, replay.swept_version))
+                              search_from=fresh_from(config, target_version, replay.swept_round))
     return ref, context
 
 

@@ -364,3 +364,26 @@ def test_controller_loop_example(state):
                           "--rate", "500"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "episode 0: return" in out.stdout and "missed deadlines:" in out.stdout and "achieved" in out.stdout
+
+
+def test_onnx_inference_follows_the_weights_it_is_refreshed_with():
+    """Training searches on onnxruntime: the graphs match torch, and after the weights
+    change they match again once refreshed (not before)."""
+    from ez_robot.inference import OnnxInference
+
+    net, _ = tiny_model("cartpole_swingup")
+    torch_inference, onnx_inference = TorchInference(net), OnnxInference(net)
+    obs = observations_for(net, 6)
+
+    def values(inference):
+        root = inference.root(obs)
+        step = inference.recurrent_fn(root.hidden, np.arange(6) % net.num_actions, np.zeros(6, bool))
+        return np.concatenate([root.value, step[1], step[2], step[3].ravel()])
+
+    np.testing.assert_allclose(values(onnx_inference), values(torch_inference), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.add_(0.3)
+    assert np.abs(values(onnx_inference) - values(torch_inference)).max() > 1e-2  # still the old weights
+    onnx_inference.refresh()
+    np.testing.assert_allclose(values(onnx_inference), values(torch_inference), rtol=1e-4, atol=1e-4)

@@ -58,14 +58,14 @@ def test_results_older_than_the_bound_are_searched_again():
                                 np.random.default_rng(0), version=300)
     for segment_id in range(len(replay.segments)):
         replay.store_search(segment_id, result)  # (the same episode: every segment's moves are alike)
-    assert fresh_from(config, target_version=500, swept_version=300) == 300  # two updates behind: still used
+    assert fresh_from(config, target_version=500, swept_round=300) == 300  # two updates behind: still used
     assert targets_for(config, replay, fresh_from(config, 500, 300)).num_searches == 0
-    assert fresh_from(config, target_version=600, swept_version=300) == 400  # three behind: searched again
+    assert fresh_from(config, target_version=600, swept_round=300) == 400  # three behind: searched again
     assert targets_for(config, replay, fresh_from(config, 600, 300)).num_searches > 100
     assert fresh_from(load_config("gym:CartPole-v1", overrides=["reanalyze.mode=batch"]), 600, 300) is None
     current = load_config("gym:CartPole-v1", overrides=["reanalyze.staleness=0", "train.target_update_interval=100"])
-    assert fresh_from(current, target_version=300, swept_version=300) == 300  # the current target's, once swept
-    assert fresh_from(current, target_version=400, swept_version=300) == 300  # its sweep runs: the previous one's
+    assert fresh_from(current, target_version=300, swept_round=300) == 300  # the current target's, once swept
+    assert fresh_from(current, target_version=400, swept_round=300) == 300  # its sweep runs: the previous one's
 
 
 def test_the_sweep_searches_new_data_first_and_each_segment_once_per_target():
@@ -74,13 +74,13 @@ def test_the_sweep_searches_new_data_first_and_each_segment_once_per_target():
     replay = filled_replay(config, segments=4)
     sweeper = Sweeper(config, ToyInference(ACTIONS), config.search, np.random.default_rng(0))
     per_segment = replay.segments[0].num_moves + 1
-    searched = [sweeper.step(replay, target_version=10) for _ in range(10)]  # one target period
+    searched = [sweeper.step(replay, target_version=10, train_steps=10) for _ in range(10)]  # one target period
     assert sum(searched) == 4 * per_segment  # every segment once, paced over the period
     assert max(searched) == per_segment and all(s.search.version == 10 for s in replay.segments)
-    assert sweeper.step(replay, target_version=10) == 0  # nothing older than the current target
+    assert sweeper.step(replay, target_version=10, train_steps=10) == 0  # nothing older than the current target
     rng = np.random.default_rng(5)
     replay.add(mdp_segment(rng))  # new data is searched before anything is searched again
-    assert sweeper.step(replay, target_version=20) == per_segment
+    assert sweeper.step(replay, target_version=20, train_steps=20) == per_segment
     assert replay.segments[-1].search.version == 20 and replay.segments[0].search.version == 10
 
 
@@ -88,9 +88,9 @@ def test_with_staleness_0_the_sweep_completes_at_once_and_says_so():
     config = load_config("gym:CartPole-v1", overrides=NO_NOISE + ["train.target_update_interval=10"])
     replay = filled_replay(config, segments=4)
     sweeper = Sweeper(config, ToyInference(ACTIONS), config.search, np.random.default_rng(0))
-    assert sweeper.step(replay, target_version=10) == 4 * (replay.segments[0].num_moves + 1)
-    assert sweeper.step(replay, target_version=10) == 0 and replay.swept_version == 10
-    assert fresh_from(config, 10, replay.swept_version) == 10  # batches read the current target's results
+    assert sweeper.step(replay, target_version=10, train_steps=10) == 4 * (replay.segments[0].num_moves + 1)
+    assert sweeper.step(replay, target_version=10, train_steps=10) == 0 and replay.swept_round == 10
+    assert fresh_from(config, 10, replay.swept_round) == 10  # batches read the current target's results
 
 
 @pytest.mark.parametrize("mode", ["batch", "buffer"])
