@@ -113,8 +113,9 @@ def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("mode", ["buffer", "batch"])
 @pytest.mark.parametrize("trainer", ["single", "ray"])
-def test_both_trainers_learn_cartpole(local_ray, tmp_path, trainer):
+def test_both_trainers_learn_cartpole(local_ray, tmp_path, trainer, mode):
     """5k env steps of gym:CartPole-v1 (6-8 minutes per trainer on 2 cores): random play
     scores ~22; both trainers must get well past it.  At 2k steps the final return of
     either trainer spread over 85-359 across seeds (benchmarks/README.md, trainer
@@ -123,7 +124,8 @@ def test_both_trainers_learn_cartpole(local_ray, tmp_path, trainer):
     from ez_robot import ray_trainer
     from ez_robot import trainer as single_process
 
-    config = load_config("gym:CartPole-v1", budget="5k", overrides=["replay.min_replay_size=500"])
+    config = load_config("gym:CartPole-v1", budget="5k",
+                         overrides=["replay.min_replay_size=500", f"reanalyze.mode={mode}"])
     if trainer == "single":
         summary = single_process.train(config, tmp_path, device="cpu", progress=False)
     else:

@@ -93,6 +93,41 @@ def test_with_staleness_0_the_sweep_completes_at_once_and_says_so():
     assert fresh_from(config, 10, replay.swept_round) == 10  # batches read the current target's results
 
 
+def test_a_resumed_replay_searches_again_and_gives_the_targets_a_fresh_search_gives(tmp_path):
+    """Checkpoints keep the segments, not their search results (which change every target
+    period): a resumed buffer has none, so its first batches search everything, as batch
+    mode does, and the sweep makes them again with the resumed target network."""
+    from ez_robot.checkpoint import ReplayFiles
+
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE + ["train.target_update_interval=10"])
+    replay = filled_replay(config, segments=4)
+    Sweeper(config, ToyInference(ACTIONS), config.search, np.random.default_rng(0)).step(replay, 10, 10)
+    assert replay.swept_round == 10 and all(s.search is not None for s in replay.segments)
+    files = ReplayFiles(tmp_path)
+    resumed = ReplayFiles(tmp_path).load(config.replay, files.save(replay))
+    assert resumed.swept_round == -1 and all(s.search is None for s in resumed.segments)
+    since = fresh_from(config, 10, resumed.swept_round)
+    after_resume = targets_for(config, resumed, search_from=since)
+    fresh = targets_for(config, replay, search_from=None)
+    assert after_resume.num_stored == 0 and after_resume.num_searches == fresh.num_searches
+    np.testing.assert_array_equal(after_resume.value, fresh.value)
+    np.testing.assert_array_equal(after_resume.policy, fresh.policy)
+    sweeper = Sweeper(config, ToyInference(ACTIONS), config.search, np.random.default_rng(0))
+    assert sweeper.step(resumed, 10, 10) == resumed.observations_stored() and resumed.swept_round == 10
+
+
+def test_more_sweep_rounds_per_target_search_each_observation_again_within_its_period():
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE + ["train.target_update_interval=100",
+                                                                 "reanalyze.sweeps_per_target=4"])
+    replay = filled_replay(config, segments=3)
+    sweeper = Sweeper(config, ToyInference(ACTIONS), config.search, np.random.default_rng(0))
+    stored = replay.observations_stored()
+    searched = [sweeper.step(replay, target_version=100, train_steps=step) for step in range(100, 200)]
+    assert [step for step, n in zip(range(100, 200), searched) if n] == [100, 125, 150, 175]
+    assert all(n in (0, stored) for n in searched) and replay.swept_round == 175
+    assert fresh_from(config, 100, replay.swept_round) == 100
+
+
 @pytest.mark.parametrize("mode", ["batch", "buffer"])
 def test_both_modes_train_in_one_process(tmp_path, mode):
     from ez_robot.trainer import train
