@@ -1,6 +1,6 @@
 """Reanalyze benchmark: what one training step's targets cost, in both reanalyze modes.
 
-    python benchmarks/reanalyze_bench.py [--batch 256] [--threads 1]
+    python benchmarks/reanalyze_bench.py [--batch 256] [--threads 1] [--inference torch onnxruntime]
 
 batch mode (the paper): a batch is sampled from a synthetic replay; its context is
 prepared; ``reanalyze`` then searches every bootstrap observation (off-policy value
@@ -13,7 +13,7 @@ buffer mode: the sweep's unit of work, one 410-observation segment searched by
 ``search_segments``, and what that makes per training step when every stored
 observation is searched once per target period (200 steps) at the buffer sizes of a
 100k run (cartpole_swingup: 12,500 moves; Atari: 100,000), against batch mode's
-per-step search.
+per-step search (torch), with each ``--inference`` backend (``train.inference``).
 """
 import argparse
 import time
@@ -23,7 +23,7 @@ import torch
 
 from _synthetic import segment
 from ez_robot.config import ReplayConfig, load_config
-from ez_robot.inference import TorchInference, search_config
+from ez_robot.inference import TorchInference, make_inference, search_config
 from ez_robot.networks import make_network
 from ez_robot.reanalyze import reanalyze, search_segments
 from ez_robot.replay import ReplayBuffer
@@ -36,6 +36,8 @@ def main():
     parser.add_argument("--atari-batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--inference", nargs="+", default=["torch", "onnxruntime"],
+                        choices=["torch", "onnxruntime"], help="backends for the sweep rows")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), device {args.device}")
@@ -69,20 +71,23 @@ def main():
             end = time.perf_counter()
         print(f"| {label} | {batch} | {targets.num_searches} | {1000 * (middle - start):.1f} | {end - middle:.2f} "
               f"| {targets.num_searches / (end - middle):,.0f} |", flush=True)
-        start = time.perf_counter()
-        search_segments(replay.segments[:1], inference, searched, rng, version=0)
-        per_observation = (time.perf_counter() - start) / (replay.segments[0].num_moves + 1)
         per_step = buffer / t.target_update_interval
-        sweeps.append((label, buffer, per_observation, per_step, targets.num_searches / batch * args.batch,
-                       (end - middle) / batch * args.batch))
+        for backend in args.inference:
+            swept = make_inference(net, args.device, backend)
+            search_segments(replay.segments[:1], swept, searched, rng, version=0)  # warm-up
+            start = time.perf_counter()
+            search_segments(replay.segments[1:3], swept, searched, rng, version=0)
+            per_observation = (time.perf_counter() - start) / sum(s.num_moves + 1 for s in replay.segments[1:3])
+            sweeps.append((label, backend, buffer, per_observation, per_step, targets.num_searches / batch * args.batch,
+                           (end - middle) / batch * args.batch))
     print("\nbuffer mode: the sweep per training step (one search of every stored observation per target period)")
-    print("| model | buffer (moves) | sweep (ms per observation) | sweep roots per step | sweep s per step "
-          f"| batch mode roots per step (batch {args.batch}) | batch mode s per step | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, buffer, per_observation, per_step, batch_roots, batch_seconds in sweeps:
-        print(f"| {label} | {buffer:,} | {1000 * per_observation:.2f} | {per_step:.0f} | {per_step * per_observation:.3f} "
-              f"| {batch_roots:,.0f} | {batch_seconds:.2f} | {batch_seconds / (per_step * per_observation):.0f}x |")
-
+    print("| model | sweep inference | buffer (moves) | sweep (ms per observation) | sweep roots per step "
+          f"| sweep s per step | batch mode roots per step (batch {args.batch}, torch) | batch mode s per step | ratio |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, backend, buffer, per_observation, per_step, batch_roots, batch_seconds in sweeps:
+        print(f"| {label} | {backend} | {buffer:,} | {1000 * per_observation:.2f} | {per_step:.0f} "
+              f"| {per_step * per_observation:.3f} | {batch_roots:,.0f} | {batch_seconds:.2f} "
+              f"| {batch_seconds / (per_step * per_observation):.0f}x |")
 
 if __name__ == "__main__":
     main()

@@ -196,14 +196,14 @@ class ReplayWorker:
 
     def next_to_search(self, older_than: int):
         """Buffer reanalyze: the stalest segment no other worker is searching, as (id,
-        segment), or None when every one has results of version ``older_than`` or later."""
+        segment), or None when every one has results of round ``older_than`` or later or is
+        being searched (the replay marks the round complete once none is stale)."""
         now = time.time()
         self.claims = {i: since for i, since in self.claims.items() if now - since < CLAIM_SECONDS}
-        for segment_id, segment in self.replay.stalest(len(self.claims) + 1, older_than):
-            if segment_id not in self.claims:
-                self.claims[segment_id] = now
-                return segment_id, segment
-        return None
+        item = self.replay.next_to_search(older_than, skip=self.claims)
+        if item is not None:
+            self.claims[item[0]] = now
+        return item
 
     def store_search(self, segment_id: int, results) -> None:
         self.claims.pop(segment_id, None)

@@ -175,13 +175,14 @@ class ReplayBuffer:
         order = stale[np.lexsort((-stale, rounds[stale]))][:count]
         return [(self._first_id + int(i), self.segments[i]) for i in order]
 
-    def next_to_search(self, older_than: int) -> "tuple[int, Segment] | None":
-        """The stalest segment (:meth:`stalest`), or None when all are current (the sweep
-        up to ``older_than`` is complete)."""
-        stale = self.stalest(1, older_than)
+    def next_to_search(self, older_than: int, skip=()) -> "tuple[int, Segment] | None":
+        """The stalest segment (:meth:`stalest`) whose id is not in ``skip`` (segments
+        another sweeper is searching), or None.  When none is stale at all, the sweep up
+        to ``older_than`` is complete and :attr:`swept_round` says so."""
+        stale = self.stalest(len(skip) + 1, older_than)
         if not stale:
             self.swept_round = max(self.swept_round, older_than)
-        return stale[0] if stale else None
+        return next(((i, segment) for i, segment in stale if i not in skip), None)
 
     def store_search(self, segment_id: int, results: SearchResults) -> bool:
         """Keeps a segment's search results; False if it was evicted meanwhile."""

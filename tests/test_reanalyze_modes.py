@@ -93,6 +93,22 @@ def test_with_staleness_0_the_sweep_completes_at_once_and_says_so():
     assert fresh_from(config, 10, replay.swept_round) == 10  # batches read the current target's results
 
 
+def test_sweepers_side_by_side_share_the_segments_and_the_round_completes_when_all_are_stored():
+    """Ray's reanalyze workers sweep one replay: each takes a segment nobody is searching,
+    and the round counts as complete only when every segment holds its results."""
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE)
+    replay = filled_replay(config, segments=2)
+    first = replay.next_to_search(10)
+    second = replay.next_to_search(10, skip={first[0]})
+    assert {first[0], second[0]} == {0, 1} and replay.next_to_search(10, skip={0, 1}) is None
+    assert replay.swept_round == -1  # both still being searched
+    for segment_id, segment in (first, second):
+        (results,) = search_segments([segment], ToyInference(ACTIONS), config.search, np.random.default_rng(0),
+                                     version=10, round=10)
+        replay.store_search(segment_id, results)
+    assert replay.next_to_search(10, skip={}) is None and replay.swept_round == 10
+
+
 def test_a_resumed_replay_searches_again_and_gives_the_targets_a_fresh_search_gives(tmp_path):
     """Checkpoints keep the segments, not their search results (which change every target
     period): a resumed buffer has none, so its first batches search everything, as batch
