@@ -6,6 +6,7 @@ state pool included, 64 floats per state as in the peers' measurement).
 
     python benchmarks/search_bench.py            # full grid, B in {1,8,64,256}, A in {6,18,125}
     python benchmarks/search_bench.py --quick    # a smaller grid
+    python benchmarks/search_bench.py --sampled  # also Gumbel search over K sampled candidates
 """
 import argparse
 import statistics
@@ -15,6 +16,7 @@ import numpy as np
 
 from ez_robot import _search as search_module
 from ez_robot import RootOutput, SearchConfig, search
+from ez_robot.policies import ActionSpec
 
 HIDDEN = 64
 
@@ -60,24 +62,29 @@ class TimedTree:
         return timed
 
 
-def measure(batch, num_actions, num_simulations, repeats):
+def measure(batch, num_actions, num_simulations, repeats, action_spec=None):
+    """Joint mode over A = num_actions, or (action_spec) Gumbel search over K = num_actions
+    candidates, which includes drawing them at every expanded node."""
     config = SearchConfig(num_simulations=num_simulations)
+    outputs = num_actions
+    if action_spec is not None:
+        config, outputs = config.replace(num_candidates=num_actions), action_spec.policy_size
     walls = []
     for r in range(repeats):
-        net = RandomNetwork(batch, num_actions, num_simulations, seed=r)
+        net = RandomNetwork(batch, outputs, num_simulations, seed=r)
         rng = np.random.default_rng(r)
         start = time.perf_counter()
-        search(net.root, net, config, rng)
+        search(net.root, net, config, rng, action_spec=action_spec)
         walls.append(time.perf_counter() - start)
     # Share of time inside the C++ calls, from separate instrumented runs.
     shares = []
     search_module.Tree = TimedTree
     try:
         for r in range(max(3, repeats // 2)):
-            net = RandomNetwork(batch, num_actions, num_simulations, seed=r)
+            net = RandomNetwork(batch, outputs, num_simulations, seed=r)
             TimedTree.seconds = 0.0
             start = time.perf_counter()
-            search(net.root, net, config, np.random.default_rng(r))
+            search(net.root, net, config, np.random.default_rng(r), action_spec=action_spec)
             shares.append(TimedTree.seconds / (time.perf_counter() - start))
     finally:
         search_module.Tree = search_module._TREE_CLASS
@@ -90,6 +97,8 @@ def main():
     parser.add_argument("--quick", action="store_true", help="B in {1, 64}, A in {18}, fewer repeats")
     parser.add_argument("--simulations", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--sampled", action="store_true",
+                        help="also time Gumbel search over K = 16 sampled candidates (gaussian, D = 6)")
     args = parser.parse_args()
     batches, actions = ([1, 64], [18]) if args.quick else ([1, 8, 64, 256], [6, 18, 125])
     repeats = 3 if args.quick else args.repeats
@@ -101,6 +110,12 @@ def main():
         for batch in batches:
             wall, rate, share = measure(batch, num_actions, args.simulations, repeats)
             print(f"| {batch} x {num_actions} | {wall * 1e3:.2f} | {rate / 1e3:.0f}k | {share:.0%} |", flush=True)
+    if args.sampled:
+        spec = ActionSpec("gaussian", dims=6)
+        for batch in batches:
+            wall, rate, share = measure(batch, 16, args.simulations, repeats, action_spec=spec)
+            print(f"| {batch} x K=16 (Gumbel, gaussian D=6) | {wall * 1e3:.2f} | {rate / 1e3:.0f}k | {share:.0%} |",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,6 @@
 
 Only :mod:`ez_robot.search` drives it; see ``tree.h`` for the algorithm.
 """
-from ._tree import Tree
+from ._tree import Tree, considered_visits
 
-__all__ = ["Tree"]
+__all__ = ["Tree", "considered_visits"]

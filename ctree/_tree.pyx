@@ -7,7 +7,8 @@ input reach C++.  Use :func:`ez_robot.search` rather than driving it directly.
 """
 import numpy as np
 cimport numpy as cnp
-from libc.stdint cimport int32_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
+from libcpp cimport bool as cbool
 from libcpp.string cimport string
 
 cnp.import_array()
@@ -20,6 +21,12 @@ cdef extern from "tree.h" namespace "ez":
         double discount
         int lstm_horizon
         double min_max_epsilon
+        cbool gumbel
+        double c_visit
+        double c_scale
+        int max_considered
+
+    void considered_visit_sequence(int, int, int32_t*)
 
     cdef cppclass Arena:
         Arena(int, int, int, const SearchParams&) except +
@@ -30,13 +37,20 @@ cdef extern from "tree.h" namespace "ez":
         void root_values(float*) const
         void root_q_values(float*) const
         void depth_stats(int32_t*, float*) const
+        void root_completed_q(float*) const
+        void improved_policy(float*) const
+        void best_actions(cbool, int64_t*) const
+        void root_considered(uint8_t*) const
         int simulations_done() const
+        cbool ready() const
         int node_visit_count(int, int) const
         double node_value_sum(int, int) const
         double node_value_prefix(int, int) const
+        double node_network_value(int, int) const
         int node_depth(int, int) const
         int node_child(int, int, int) const
         double node_prior(int, int, int) const
+        double node_log_prior(int, int, int) const
 
 
 cdef cnp.ndarray _checked(object x, str name, int rows, int cols):
@@ -65,22 +79,43 @@ cdef inline void _raise_if(string err, type kind=ValueError) except *:
         raise kind(err.decode())
 
 
+def considered_visits(int num_considered, int num_simulations):
+    """[num_simulations] int32: the visit count the root child sequential halving picks
+    at each simulation has before it, with ``num_considered`` candidates (Gumbel mode)."""
+    if num_considered < 1:
+        raise ValueError(f"num_considered must be >= 1, got {num_considered}")
+    if num_simulations < 0:
+        raise ValueError(f"num_simulations must be >= 0, got {num_simulations}")
+    cdef cnp.ndarray out = np.empty(num_simulations, dtype=np.int32)
+    considered_visit_sequence(num_considered, num_simulations, <int32_t*> cnp.PyArray_DATA(out))
+    return out
+
+
 cdef class Tree:
     """B search trees in one arena, each with room for ``num_simulations + 1`` nodes.
 
     Node 0 of each tree is its root; the node created by simulation ``s`` is node
     ``s + 1`` in every tree, so a caller can keep hidden states in a pool indexed by
     ``[node, tree]``.
+
+    Two selection modes (see ``tree.h``): pUCT (default) and, with ``gumbel=True``,
+    Gumbel search over K sampled candidates (``num_actions`` is K): sequential halving
+    over the top ``max_considered`` candidates at the root, the improved policy
+    ``softmax(log pi + sigma(completed Q))`` below it, with
+    ``sigma(q) = (c_visit + max_b N(b)) * c_scale * q``.  In both modes a logit of -inf
+    marks a child that does not exist: it is never visited and has no policy mass.
     """
 
     cdef Arena* arena
     cdef readonly int batch_size
     cdef readonly int num_actions
     cdef readonly int num_simulations
+    cdef readonly bint gumbel
 
     def __cinit__(self, int batch_size, int num_actions, int num_simulations, *,
                   double c1=1.25, double c2=19652.0, double discount=0.997,
-                  int lstm_horizon=5, double min_max_epsilon=0.01):
+                  int lstm_horizon=5, double min_max_epsilon=0.01, bint gumbel=False,
+                  double c_visit=50.0, double c_scale=0.1, int max_considered=16):
         self.arena = NULL
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -98,15 +133,26 @@ cdef class Tree:
             raise ValueError(f"lstm_horizon must be >= 1, got {lstm_horizon}")
         if not (min_max_epsilon > 0 and np.isfinite(min_max_epsilon)):
             raise ValueError(f"min_max_epsilon must be a positive finite number, got {min_max_epsilon}")
+        if not (c_visit >= 0 and np.isfinite(c_visit)):
+            raise ValueError(f"c_visit must be a non-negative finite number, got {c_visit}")
+        if not (c_scale > 0 and np.isfinite(c_scale)):
+            raise ValueError(f"c_scale must be a positive finite number, got {c_scale}")
+        if max_considered < 1:
+            raise ValueError(f"max_considered must be >= 1, got {max_considered}")
         cdef SearchParams params
         params.c1 = c1
         params.c2 = c2
         params.discount = discount
         params.lstm_horizon = lstm_horizon
         params.min_max_epsilon = min_max_epsilon
+        params.gumbel = gumbel
+        params.c_visit = c_visit
+        params.c_scale = c_scale
+        params.max_considered = max_considered
         self.batch_size = batch_size
         self.num_actions = num_actions
         self.num_simulations = num_simulations
+        self.gumbel = gumbel
         self.arena = new Arena(batch_size, num_actions, num_simulations, params)
 
     def __dealloc__(self):
@@ -118,8 +164,12 @@ cdef class Tree:
         return self.arena.simulations_done()
 
     def reset(self, value_prefix, value, policy_logits, noise=None, double noise_fraction=0.0):
-        """Start a new search: value_prefix [B], value [B], policy_logits [B, A] (float32);
-        optional root noise [B, A] mixed into the root prior with ``noise_fraction``."""
+        """Start a new search: value_prefix [B], value [B], policy_logits [B, A] (float32;
+        -inf marks a child that does not exist, every row needs one finite logit).
+
+        pUCT mode: optional Dirichlet noise [B, A] mixed into the root prior with
+        ``noise_fraction``.  Gumbel mode: ``noise`` is the Gumbel noise g [B, A] (any
+        finite values; None means g = 0, greedy) and ``noise_fraction`` is ignored."""
         cdef int B = self.batch_size, A = self.num_actions
         cdef cnp.ndarray vp = _checked(value_prefix, "value_prefix", B, -1)
         cdef cnp.ndarray v = _checked(value, "value", B, -1)
@@ -176,6 +226,45 @@ cdef class Tree:
         self.arena.root_q_values(<float*> cnp.PyArray_DATA(out))
         return out
 
+    cdef _check_ready(self, str name):
+        if not self.arena.ready():
+            raise RuntimeError(f"reset() must be called before {name}()")
+
+    def root_completed_q(self):
+        """[B, A] float32 completed Q(root, a): Q of visited children, for unvisited ones
+        the mixed value v_mix (network value and prior-weighted visited Q); NaN where masked."""
+        self._check_ready("root_completed_q")
+        cdef cnp.ndarray out = np.empty((self.batch_size, self.num_actions), dtype=np.float32)
+        self.arena.root_completed_q(<float*> cnp.PyArray_DATA(out))
+        return out
+
+    def improved_policy(self):
+        """[B, A] float32 softmax(log pi + sigma(completed Q normalized by the tree's min-max))
+        at each root, 0 where masked: the policy target of Gumbel search.  pUCT mode: the
+        same formula, from the network prior before Dirichlet noise."""
+        self._check_ready("improved_policy")
+        cdef cnp.ndarray out = np.empty((self.batch_size, self.num_actions), dtype=np.float32)
+        self.arena.improved_policy(<float*> cnp.PyArray_DATA(out))
+        return out
+
+    def best_actions(self, bint gumbel=True):
+        """[B] int64: among the considered root children visited most (the survivors of
+        sequential halving), the argmax of g + log pi + sigma(completed Q); ``gumbel=False``
+        leaves g out.  With no simulation: the argmax of g + log pi.  pUCT mode: every
+        valid child is considered and g = 0 (the most visited, ties by improved policy)."""
+        self._check_ready("best_actions")
+        cdef cnp.ndarray out = np.empty(self.batch_size, dtype=np.int64)
+        self.arena.best_actions(gumbel, <int64_t*> cnp.PyArray_DATA(out))
+        return out
+
+    def root_considered(self):
+        """[B, A] bool: the root children the search may visit (Gumbel mode: the top
+        ``max_considered`` of g + log pi; pUCT mode: every valid child)."""
+        self._check_ready("root_considered")
+        cdef cnp.ndarray out = np.empty((self.batch_size, self.num_actions), dtype=np.bool_)
+        self.arena.root_considered(<uint8_t*> cnp.PyArray_DATA(out))
+        return out
+
     def depth_stats(self):
         """``(max_depth [B] int32, mean_depth [B] float32)`` of the leaves expanded so far."""
         cdef cnp.ndarray mx = np.empty(self.batch_size, dtype=np.int32)
@@ -185,7 +274,9 @@ cdef class Tree:
 
     def node(self, int tree, int node):
         """Statistics of one node, for tests and debugging: a dict with visit_count,
-        value_sum, value_prefix, depth, children [A] (-1 = none) and prior [A]."""
+        value_sum, value_prefix, network_value, depth, children [A] (-1 = not expanded,
+        -2 = masked), prior [A] and log_prior [A] (-inf = masked; pUCT mode keeps it at
+        the root only, NaN below)."""
         if not 0 <= tree < self.batch_size:
             raise IndexError(f"tree index {tree} out of range [0, {self.batch_size})")
         cdef int created = self.arena.simulations_done() + 1
@@ -195,7 +286,9 @@ cdef class Tree:
             "visit_count": self.arena.node_visit_count(tree, node),
             "value_sum": self.arena.node_value_sum(tree, node),
             "value_prefix": self.arena.node_value_prefix(tree, node),
+            "network_value": self.arena.node_network_value(tree, node),
             "depth": self.arena.node_depth(tree, node),
             "children": [self.arena.node_child(tree, node, a) for a in range(self.num_actions)],
             "prior": [self.arena.node_prior(tree, node, a) for a in range(self.num_actions)],
+            "log_prior": [self.arena.node_log_prior(tree, node, a) for a in range(self.num_actions)],
         }

@@ -8,14 +8,34 @@ namespace ez {
 
 namespace {
 
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+std::string where(size_t i, size_t row_len) {
+    return row_len > 1 ? "[" + std::to_string(i / row_len) + ", " + std::to_string(i % row_len) + "]"
+                       : "[" + std::to_string(i) + "]";
+}
+
 std::string first_non_finite(const char* name, const float* x, size_t n, size_t row_len) {
     for (size_t i = 0; i < n; ++i) {
-        if (!std::isfinite(x[i])) {
-            std::string where = row_len > 1
-                ? "[" + std::to_string(i / row_len) + ", " + std::to_string(i % row_len) + "]"
-                : "[" + std::to_string(i) + "]";
-            return name + std::string(" has a non-finite value (") + std::to_string(x[i]) + ") at " + where;
+        if (!std::isfinite(x[i]))
+            return name + std::string(" has a non-finite value (") + std::to_string(x[i]) + ") at " + where(i, row_len);
+    }
+    return "";
+}
+
+// Logits may be -inf (no such child), never NaN or +inf, and every row needs a child.
+std::string check_logits(const char* name, const float* x, int rows, int cols) {
+    for (int r = 0; r < rows; ++r) {
+        int valid = 0;
+        for (int a = 0; a < cols; ++a) {
+            size_t i = (size_t)r * cols + a;
+            if (!(x[i] < std::numeric_limits<float>::infinity()))  // NaN or +inf
+                return name + std::string(" has a non-finite value (") + std::to_string(x[i]) + ") at " +
+                       where(i, cols);
+            valid += x[i] != -std::numeric_limits<float>::infinity();
         }
+        if (valid == 0)
+            return name + std::string(" has no valid action at [") + std::to_string(r) + "]: every logit is -inf";
     }
     return "";
 }
@@ -41,23 +61,52 @@ double MinMax::normalize(double q, double epsilon) const {
     return std::min(1.0, std::max(0.0, x));
 }
 
+void considered_visit_sequence(int num_considered, int num_simulations, int32_t* out) {
+    if (num_considered <= 1) {
+        for (int s = 0; s < num_simulations; ++s) out[s] = s;
+        return;
+    }
+    int log2m = 0;  // ceil(log2(m))
+    while ((1LL << log2m) < num_considered) ++log2m;
+    // Every survivor of a phase has the same count, so one counter stands for them all.
+    int len = 0, visits = 0, survivors = num_considered;
+    while (len < num_simulations) {
+        int rounds = std::max(1, num_simulations / (log2m * survivors));
+        for (int r = 0; r < rounds && len < num_simulations; ++r, ++visits) {
+            for (int i = 0; i < survivors && len < num_simulations; ++i) out[len++] = visits;
+        }
+        survivors = std::max(2, survivors / 2);
+    }
+}
+
 Arena::Arena(int batch_size, int num_actions, int num_simulations, const SearchParams& params)
     : B_(batch_size), A_(num_actions), S_(num_simulations), N_(num_simulations + 1), params_(params) {
     size_t nodes = (size_t)B_ * N_;
     visit_count_.assign(nodes, 0);
     value_sum_.assign(nodes, 0.0);
     value_prefix_.assign(nodes, 0.0);
+    network_value_.assign(nodes, 0.0);
     depth_.assign(nodes, 0);
     child_.assign(nodes * A_, -1);
     prior_.assign(nodes * A_, 0.0);
+    log_prior_.assign((params_.gumbel ? nodes : (size_t)B_) * A_, 0.0);
     min_max_.resize(B_);
-    root_network_value_.assign(B_, 0.0);
     path_.assign(nodes, 0);
     path_len_.assign(B_, 0);
     leaf_action_.assign(B_, 0);
     depth_sum_.assign(B_, 0);
     depth_max_.assign(B_, 0);
+    gumbel_.assign((size_t)B_ * A_, 0.0);
+    considered_.assign((size_t)B_ * A_, 0);
+    if (params_.gumbel) visit_sequence_.assign((size_t)B_ * S_, 0);
     q_scratch_.assign(A_, 0.0);
+    score_scratch_.assign(A_, 0.0);
+    index_scratch_.assign(A_, 0);
+}
+
+int Arena::child_visits(int tree, size_t id, int a) const {
+    int c = child_[id * A_ + a];
+    return c >= 0 ? visit_count_[node_id(tree, c)] : 0;
 }
 
 double Arena::reward(size_t parent, size_t child) const {
@@ -71,33 +120,71 @@ double Arena::q_value(size_t parent, size_t child) const {
     return reward(parent, child) + params_.discount * (value_sum_[child] / visit_count_[child]);
 }
 
-void Arena::set_prior(size_t id, const float* logits, const float* noise, double noise_fraction) {
+void Arena::init_children(size_t id, const float* logits, const float* noise, double noise_fraction) {
+    int32_t* children = &child_[id * A_];
     double* p = &prior_[id * A_];
-    double top = logits[0];
+    double top = logits[0];  // finite once a row has passed check_logits
     for (int a = 1; a < A_; ++a) top = std::max(top, (double)logits[a]);
     double total = 0.0;
     for (int a = 0; a < A_; ++a) {
-        p[a] = std::exp((double)logits[a] - top);
+        p[a] = std::exp((double)logits[a] - top);  // exactly 0 where masked
         total += p[a];
     }
     for (int a = 0; a < A_; ++a) p[a] /= total;
-    if (noise != nullptr) {
-        for (int a = 0; a < A_; ++a) p[a] = (1.0 - noise_fraction) * p[a] + noise_fraction * noise[a];
+    std::fill(children, children + A_, -1);
+    for (int a = 0; a < A_; ++a) {
+        if (logits[a] == -std::numeric_limits<float>::infinity()) children[a] = kMasked;
     }
+    if (params_.gumbel || id % N_ == 0) {
+        double* log_p = log_prior_of(id);
+        double log_total = std::log(total);
+        for (int a = 0; a < A_; ++a) log_p[a] = ((double)logits[a] - top) - log_total;  // -inf where masked
+    }
+    if (noise != nullptr) {
+        for (int a = 0; a < A_; ++a) {
+            if (children[a] != kMasked) p[a] = (1.0 - noise_fraction) * p[a] + noise_fraction * noise[a];
+        }
+    }
+}
+
+void Arena::choose_considered(int tree) {
+    size_t id = node_id(tree, 0);
+    uint8_t* considered = &considered_[(size_t)tree * A_];
+    const double* log_p = log_prior_of(id);
+    const double* g = &gumbel_[(size_t)tree * A_];
+    int valid = 0;
+    for (int a = 0; a < A_; ++a) {
+        considered[a] = 0;
+        if (is_valid(id, a)) {
+            index_scratch_[valid++] = a;
+            score_scratch_[a] = g[a] + log_p[a];
+        }
+    }
+    if (!params_.gumbel) {  // pUCT: every child may be picked
+        for (int i = 0; i < valid; ++i) considered[index_scratch_[i]] = 1;
+        return;
+    }
+    // The top m of g + log pi (ties: lowest index), Gumbel-top-k sampling without replacement.
+    int m = std::min(params_.max_considered, valid);
+    const double* score = score_scratch_.data();
+    std::partial_sort(index_scratch_.begin(), index_scratch_.begin() + m, index_scratch_.begin() + valid,
+                      [score](int32_t x, int32_t y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
+    for (int i = 0; i < m; ++i) considered[index_scratch_[i]] = 1;
+    considered_visit_sequence(m, S_, visit_sequence_.data() + (size_t)tree * S_);
 }
 
 std::string Arena::reset(const float* value_prefix, const float* value, const float* logits,
                          const float* noise, double noise_fraction) {
     std::string err = first_non_finite("root value_prefix", value_prefix, B_, 1);
     if (err.empty()) err = first_non_finite("root value", value, B_, 1);
-    if (err.empty()) err = first_non_finite("root policy_logits", logits, (size_t)B_ * A_, A_);
+    if (err.empty()) err = check_logits("root policy_logits", logits, B_, A_);
     if (!err.empty()) return err;
     if (noise != nullptr) {
-        if (!(noise_fraction >= 0.0 && noise_fraction <= 1.0))
+        if (!params_.gumbel && !(noise_fraction >= 0.0 && noise_fraction <= 1.0))
             return "noise_fraction must be in [0, 1], got " + std::to_string(noise_fraction);
         err = first_non_finite("noise", noise, (size_t)B_ * A_, A_);
         if (!err.empty()) return err;
-        for (size_t i = 0; i < (size_t)B_ * A_; ++i) {
+        for (size_t i = 0; !params_.gumbel && i < (size_t)B_ * A_; ++i) {
             if (noise[i] < 0.0f) return "noise must be non-negative (Dirichlet samples)";
         }
     }
@@ -106,11 +193,14 @@ std::string Arena::reset(const float* value_prefix, const float* value, const fl
         visit_count_[id] = 0;
         value_sum_[id] = 0.0;
         value_prefix_[id] = value_prefix[b];
+        network_value_[id] = value[b];
         depth_[id] = 0;
-        std::fill(&child_[id * A_], &child_[id * A_] + A_, -1);
-        set_prior(id, logits + (size_t)b * A_, noise ? noise + (size_t)b * A_ : nullptr, noise_fraction);
+        const float* row_noise = noise ? noise + (size_t)b * A_ : nullptr;
+        double* g = &gumbel_[(size_t)b * A_];
+        for (int a = 0; a < A_; ++a) g[a] = params_.gumbel && row_noise ? (double)row_noise[a] : 0.0;
+        init_children(id, logits + (size_t)b * A_, params_.gumbel ? nullptr : row_noise, noise_fraction);
+        choose_considered(b);
         min_max_[b].clear();
-        root_network_value_[b] = value[b];
         depth_sum_[b] = 0;
         depth_max_[b] = 0;
         path_len_[b] = 0;
@@ -122,6 +212,11 @@ std::string Arena::reset(const float* value_prefix, const float* value, const fl
 }
 
 int Arena::select_child(int tree, size_t id, bool is_root, double& q_hat) {
+    if (!params_.gumbel) return select_puct(tree, id, is_root, q_hat);
+    return is_root ? select_gumbel_root(tree, id) : select_gumbel_interior(tree, id);
+}
+
+int Arena::select_puct(int tree, size_t id, bool is_root, double& q_hat) {
     const int32_t* children = &child_[id * A_];
     const double* prior = &prior_[id * A_];
     // Mean-Q estimate for unvisited children (appendix, after ELF OpenGo):
@@ -142,7 +237,7 @@ int Arena::select_child(int tree, size_t id, bool is_root, double& q_hat) {
     double n = visit_count_[id] + (is_root ? 1.0 : 0.0);
     double pb_c = (params_.c1 + std::log((n + params_.c2 + 1.0) / params_.c2)) * std::sqrt(n);
     const MinMax& mm = min_max_[tree];
-    double best = -std::numeric_limits<double>::infinity();
+    double best = -kInf;
     int best_action = 0;
     for (int a = 0; a < A_; ++a) {
         int child_visits = 0;
@@ -152,7 +247,106 @@ int Arena::select_child(int tree, size_t id, bool is_root, double& q_hat) {
             q = q_scratch_[a];
         }
         double score = mm.normalize(q, params_.min_max_epsilon) + prior[a] * pb_c / (1.0 + child_visits);
+        // A masked child scores -inf (never > best) instead of being skipped: this keeps
+        // the unpredictable comparison below a conditional move, not a branch.
+        score = children[a] == kMasked ? -kInf : score;
         if (score > best) {  // strict: ties go to the lowest action index
+            best = score;
+            best_action = a;
+        }
+    }
+    return best_action;
+}
+
+void Arena::completed_q(int tree, size_t id, double* q, int& visits_sum, int& visits_max) const {
+    const int32_t* children = &child_[id * A_];
+    const double* prior = &prior_[id * A_];
+    visits_sum = 0;
+    visits_max = 0;
+    double prior_sum = 0.0, weighted_q = 0.0;
+    for (int a = 0; a < A_; ++a) {
+        if (children[a] < 0) continue;
+        size_t child = node_id(tree, children[a]);
+        visits_sum += visit_count_[child];
+        visits_max = std::max(visits_max, visit_count_[child]);
+        q[a] = q_value(id, child);
+        prior_sum += prior[a];
+        weighted_q += prior[a] * q[a];
+    }
+    // v_mix, the Gumbel paper's value for unvisited actions: the network value mixed
+    // with the prior-weighted mean Q of the visited children, weighted by their visits.
+    // When the visited children's prior underflowed to 0 that mean is undefined: keep
+    // the network value.
+    double v_mix = network_value_[id];
+    if (visits_sum > 0 && prior_sum > 0.0)
+        v_mix = (network_value_[id] + visits_sum / prior_sum * weighted_q) / (1.0 + visits_sum);
+    for (int a = 0; a < A_; ++a) {
+        if (children[a] < 0) q[a] = is_valid(id, a) ? v_mix : std::numeric_limits<double>::quiet_NaN();
+    }
+}
+
+int Arena::improved_policy_at(int tree, size_t id, double* pi) const {
+    double* q = q_scratch_.data();
+    int visits_sum, visits_max;
+    completed_q(tree, id, q, visits_sum, visits_max);
+    const double scale = sigma_scale(visits_max);
+    const double* log_p = log_prior_of(id);
+    const MinMax& mm = min_max_[tree];
+    double top = -kInf;
+    for (int a = 0; a < A_; ++a) {
+        if (!is_valid(id, a)) continue;
+        pi[a] = log_p[a] + scale * mm.normalize(q[a], params_.min_max_epsilon);
+        top = std::max(top, pi[a]);
+    }
+    double total = 0.0;
+    for (int a = 0; a < A_; ++a) {
+        pi[a] = is_valid(id, a) ? std::exp(pi[a] - top) : 0.0;
+        total += pi[a];
+    }
+    for (int a = 0; a < A_; ++a) pi[a] /= total;
+    return visits_sum;
+}
+
+int Arena::select_gumbel_root(int tree, size_t id) {
+    // Sequential halving: the candidate whose visit count the sequence asks for now,
+    // with the best g + log pi + sigma(q_hat).
+    double* q = q_scratch_.data();
+    int visits_sum, visits_max;
+    completed_q(tree, id, q, visits_sum, visits_max);
+    const double scale = sigma_scale(visits_max);
+    const double* log_p = log_prior_of(id);
+    const double* g = &gumbel_[(size_t)tree * A_];
+    const uint8_t* considered = &considered_[(size_t)tree * A_];
+    const MinMax& mm = min_max_[tree];
+    const int wanted = visit_sequence_[(size_t)tree * S_ + sims_done_];
+    double best = -kInf, best_any = -kInf;
+    int best_action = -1, best_any_action = -1;
+    for (int a = 0; a < A_; ++a) {
+        if (!considered[a]) continue;
+        double score = g[a] + log_p[a] + scale * mm.normalize(q[a], params_.min_max_epsilon);
+        if (score > best_any) {
+            best_any = score;
+            best_any_action = a;
+        }
+        if (child_visits(tree, id, a) == wanted && score > best) {
+            best = score;
+            best_action = a;
+        }
+    }
+    // The sequence always names a count some survivor has; the fallback is a guard.
+    return best_action >= 0 ? best_action : best_any_action;
+}
+
+int Arena::select_gumbel_interior(int tree, size_t id) {
+    // Deterministic: the child whose visit share lags its improved-policy mass most.
+    double* pi = score_scratch_.data();
+    int visits_sum = improved_policy_at(tree, id, pi);
+    double best = -kInf;
+    int best_action = 0;
+    for (int a = 0; a < A_; ++a) {
+        if (!is_valid(id, a)) continue;
+        double score = pi[a] - child_visits(tree, id, a) / (1.0 + visits_sum);
+        if (score > best) {
             best = score;
             best_action = a;
         }
@@ -193,7 +387,7 @@ std::string Arena::expand_and_backup(const float* value_prefix, const float* val
     if (!pending_) return "expand_and_backup() needs a traverse() first";
     std::string err = first_non_finite("value_prefix", value_prefix, B_, 1);
     if (err.empty()) err = first_non_finite("value", value, B_, 1);
-    if (err.empty()) err = first_non_finite("policy_logits", logits, (size_t)B_ * A_, A_);
+    if (err.empty()) err = check_logits("policy_logits", logits, B_, A_);
     if (!err.empty()) return err;
 
     const int leaf = sims_done_ + 1;
@@ -207,9 +401,9 @@ std::string Arena::expand_and_backup(const float* value_prefix, const float* val
         visit_count_[id] = 0;
         value_sum_[id] = 0.0;
         value_prefix_[id] = value_prefix[b];
+        network_value_[id] = value[b];
         depth_[id] = depth_[parent_id] + 1;
-        std::fill(&child_[id * A_], &child_[id * A_] + A_, -1);
-        set_prior(id, logits + (size_t)b * A_, nullptr, 0.0);
+        init_children(id, logits + (size_t)b * A_, nullptr, 0.0);
         path[len++] = leaf;
 
         // --- backup: only the nodes on this path change, so min-max stats are
@@ -247,7 +441,7 @@ void Arena::root_visit_counts(int32_t* out) const {
 void Arena::root_values(float* out) const {
     for (int b = 0; b < B_; ++b) {
         size_t id = node_id(b, 0);
-        out[b] = visit_count_[id] > 0 ? (float)(value_sum_[id] / visit_count_[id]) : (float)root_network_value_[b];
+        out[b] = visit_count_[id] > 0 ? (float)(value_sum_[id] / visit_count_[id]) : (float)network_value_[id];
     }
 }
 
@@ -261,6 +455,55 @@ void Arena::root_q_values(float* out) const {
     }
 }
 
+void Arena::root_completed_q(float* out) const {
+    int visits_sum, visits_max;
+    for (int b = 0; b < B_; ++b) {
+        completed_q(b, node_id(b, 0), q_scratch_.data(), visits_sum, visits_max);
+        for (int a = 0; a < A_; ++a) out[(size_t)b * A_ + a] = (float)q_scratch_[a];
+    }
+}
+
+void Arena::improved_policy(float* out) const {
+    for (int b = 0; b < B_; ++b) {
+        improved_policy_at(b, node_id(b, 0), score_scratch_.data());
+        for (int a = 0; a < A_; ++a) out[(size_t)b * A_ + a] = (float)score_scratch_[a];
+    }
+}
+
+void Arena::best_actions(bool with_noise, int64_t* out) const {
+    for (int b = 0; b < B_; ++b) {
+        size_t id = node_id(b, 0);
+        double* q = q_scratch_.data();
+        int visits_sum, visits_max;
+        completed_q(b, id, q, visits_sum, visits_max);
+        const double scale = sigma_scale(visits_max);
+        const double* log_p = log_prior_of(id);
+        const double* g = &gumbel_[(size_t)b * A_];
+        const uint8_t* considered = &considered_[(size_t)b * A_];
+        // The survivors of sequential halving: the considered children visited most.
+        int most = -1;
+        for (int a = 0; a < A_; ++a) {
+            if (considered[a]) most = std::max(most, child_visits(b, id, a));
+        }
+        double best = -kInf;
+        int64_t best_action = 0;
+        for (int a = 0; a < A_; ++a) {
+            if (!considered[a] || child_visits(b, id, a) != most) continue;
+            double base = with_noise ? g[a] + log_p[a] : log_p[a];
+            double score = base + scale * min_max_[b].normalize(q[a], params_.min_max_epsilon);
+            if (score > best) {
+                best = score;
+                best_action = a;
+            }
+        }
+        out[b] = best_action;
+    }
+}
+
+void Arena::root_considered(uint8_t* out) const {
+    std::copy(considered_.begin(), considered_.end(), out);
+}
+
 void Arena::depth_stats(int32_t* max_out, float* mean_out) const {
     for (int b = 0; b < B_; ++b) {
         max_out[b] = depth_max_[b];
@@ -271,8 +514,13 @@ void Arena::depth_stats(int32_t* max_out, float* mean_out) const {
 int Arena::node_visit_count(int tree, int node) const { return visit_count_[node_id(tree, node)]; }
 double Arena::node_value_sum(int tree, int node) const { return value_sum_[node_id(tree, node)]; }
 double Arena::node_value_prefix(int tree, int node) const { return value_prefix_[node_id(tree, node)]; }
+double Arena::node_network_value(int tree, int node) const { return network_value_[node_id(tree, node)]; }
 int Arena::node_depth(int tree, int node) const { return depth_[node_id(tree, node)]; }
 int Arena::node_child(int tree, int node, int action) const { return child_[node_id(tree, node) * A_ + action]; }
 double Arena::node_prior(int tree, int node, int action) const { return prior_[node_id(tree, node) * A_ + action]; }
+double Arena::node_log_prior(int tree, int node, int action) const {
+    if (!params_.gumbel && node != 0) return std::numeric_limits<double>::quiet_NaN();  // not kept
+    return log_prior_of(node_id(tree, node))[action];
+}
 
 }  // namespace ez

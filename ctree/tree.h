@@ -5,6 +5,19 @@
 // tree).  All storage is allocated once in the constructor; the hot loop (traverse,
 // expand_and_backup) allocates nothing.  Numbers are kept in double so that a plain
 // Python reference search reproduces them bit for bit.
+//
+// Two selection modes share everything else (value prefix, backup, min-max, pools):
+//
+// - pUCT (the paper): every node scores its children with pUCT; the root prior may be
+//   mixed with Dirichlet noise.
+// - Gumbel (`SearchParams::gumbel`; "Policy improvement by planning with Gumbel",
+//   Danihelka et al., ICLR 2022): the children are K candidates a caller sampled.  The
+//   root runs sequential halving over the top-m candidates by g + log pi (g: Gumbel
+//   noise), interior nodes pick deterministically from the improved policy
+//   pi' = softmax(log pi + sigma(completed Q)).
+//
+// In both modes a logit of -inf marks a child that does not exist (a deduplicated
+// candidate): its prior is 0 and it is never selected, visited or counted.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +32,10 @@ struct SearchParams {
     double discount = 0.988;     // per agent step (0.997^4 for Atari)
     int lstm_horizon = 5;        // value prefix restarts every this many depths
     double min_max_epsilon = 0.01;  // soft min-max threshold
+    bool gumbel = false;         // Gumbel selection instead of pUCT
+    double c_visit = 50.0;       // sigma(q) = (c_visit + max_b N(b)) * c_scale * q
+    double c_scale = 0.1;
+    int max_considered = 16;     // m: root candidates sequential halving starts from
 };
 
 // Running min/max of the Q values seen in one tree (updated along backup paths only).
@@ -29,13 +46,25 @@ struct MinMax {
     double normalize(double q, double epsilon) const;
 };
 
+// The root visit count sequential halving asks for at each simulation: with m
+// considered candidates and n simulations, out[s] (s < n) is the visit count the
+// candidate picked at simulation s has before it.  Phases visit the surviving
+// candidates in turn, each phase getting about n / (ceil(log2 m) * survivors) rounds,
+// and halve the survivors (never below 2).  With m <= 1: 0, 1, 2, ...
+void considered_visit_sequence(int num_considered, int num_simulations, int32_t* out);
+
 class Arena {
 public:
+    static constexpr int32_t kMasked = -2;  // child slot of a masked (-inf logit) candidate
+
     Arena(int batch_size, int num_actions, int num_simulations, const SearchParams& params);
 
-    // Starts B fresh searches.  `logits` is [B, A]; `noise` ([B, A]) may be null, in
-    // which case `noise_fraction` is ignored.  Returns an empty string on success or a
-    // message naming the bad input.
+    // Starts B fresh searches.  `logits` is [B, A] (-inf masks a child; at least one
+    // per row must be finite).  pUCT mode: `noise` ([B, A], non-negative) may be null, in
+    // which case `noise_fraction` is ignored; masked children keep prior 0 (their share
+    // of the noise is dropped).  Gumbel mode: `noise` is the Gumbel noise g ([B, A], any
+    // finite values; null means g = 0, greedy) and `noise_fraction` is ignored.  Returns
+    // an empty string on success or a message naming the bad input.
     std::string reset(const float* value_prefix, const float* value, const float* logits,
                       const float* noise, double noise_fraction);
 
@@ -49,33 +78,61 @@ public:
     // backs their values up to the roots.
     std::string expand_and_backup(const float* value_prefix, const float* value, const float* logits);
 
-    // --- read-outs ---
+    // --- read-outs (valid after any number of simulations) ---
     void root_visit_counts(int32_t* out) const;          // [B, A]
     void root_values(float* out) const;                  // [B]
     void root_q_values(float* out) const;                // [B, A], NaN where unvisited
     void depth_stats(int32_t* max_out, float* mean_out) const;  // [B], [B]
+    // Completed Q(root, a): Q of visited children, v_mix of unvisited ones, NaN where masked.
+    void root_completed_q(float* out) const;             // [B, A]
+    // pi' = softmax(log pi + sigma(normalized completed Q)) at the root, 0 where masked
+    // (pUCT mode: the same formula, with the network prior before Dirichlet noise).
+    void improved_policy(float* out) const;              // [B, A]
+    // Among the considered root children with the most visits, the argmax of
+    // g + log pi + sigma(normalized completed Q) (g left out when `with_noise` is false).
+    // pUCT mode: every valid child is considered and g = 0.
+    void best_actions(bool with_noise, int64_t* out) const;  // [B]
+    void root_considered(uint8_t* out) const;            // [B, A] 1 = eligible at the root
 
     int batch_size() const { return B_; }
     int num_actions() const { return A_; }
     int num_simulations() const { return S_; }
     int simulations_done() const { return sims_done_; }
+    bool ready() const { return ready_; }
     int nodes_per_tree() const { return N_; }
 
     // Inspection of one node (tests, debugging).  Indices must be in range.
     int node_visit_count(int tree, int node) const;
     double node_value_sum(int tree, int node) const;
     double node_value_prefix(int tree, int node) const;
+    double node_network_value(int tree, int node) const;
     int node_depth(int tree, int node) const;
-    int node_child(int tree, int node, int action) const;
+    int node_child(int tree, int node, int action) const;  // -1: not expanded, kMasked: masked
     double node_prior(int tree, int node, int action) const;
+    double node_log_prior(int tree, int node, int action) const;  // pUCT: NaN below the root
 
 private:
     size_t node_id(int tree, int node) const { return (size_t)tree * N_ + node; }
     bool is_reset(size_t id) const { return depth_[id] > 0 && depth_[id] % params_.lstm_horizon == 0; }
+    bool is_valid(size_t id, int a) const { return child_[id * A_ + a] != kMasked; }
+    double* log_prior_of(size_t id) { return &log_prior_[(params_.gumbel ? id : id / N_) * A_]; }
+    const double* log_prior_of(size_t id) const { return &log_prior_[(params_.gumbel ? id : id / N_) * A_]; }
+    int child_visits(int tree, size_t id, int a) const;
     double reward(size_t parent, size_t child) const;
     double q_value(size_t parent, size_t child) const;
-    void set_prior(size_t id, const float* logits, const float* noise, double noise_fraction);
+    // A fresh node's child slots (unexpanded or masked) and its priors from the logits.
+    void init_children(size_t id, const float* logits, const float* noise, double noise_fraction);
+    void choose_considered(int tree);
     int select_child(int tree, size_t id, bool is_root, double& q_hat);
+    int select_puct(int tree, size_t id, bool is_root, double& q_hat);
+    int select_gumbel_root(int tree, size_t id);
+    int select_gumbel_interior(int tree, size_t id);
+    // Fills q [A] with the completed Q of the children of node `id`; returns
+    // sum_b N(b) and max_b N(b) over them.
+    void completed_q(int tree, size_t id, double* q, int& visits_sum, int& visits_max) const;
+    double sigma_scale(int visits_max) const { return (params_.c_visit + visits_max) * params_.c_scale; }
+    // Fills pi [A] with the improved policy at node `id`; returns sum_b N(b).
+    int improved_policy_at(int tree, size_t id, double* pi) const;
 
     int B_, A_, S_, N_;
     SearchParams params_;
@@ -87,19 +144,29 @@ private:
     std::vector<int32_t> visit_count_;
     std::vector<double> value_sum_;
     std::vector<double> value_prefix_;
+    std::vector<double> network_value_;  // v(s) the network predicted when s was expanded
     std::vector<int32_t> depth_;
-    std::vector<int32_t> child_;
-    std::vector<double> prior_;
+    std::vector<int32_t> child_;     // node index, -1 = not expanded yet, kMasked = no such child
+    std::vector<double> prior_;      // what pUCT uses (root: after noise); 0 where masked
+    // log pi = logits - logsumexp over valid children (-inf = masked), read by the Gumbel
+    // scores.  Gumbel mode: every node, [B * N, A]; pUCT mode: the roots only, [B, A].
+    std::vector<double> log_prior_;
 
     // Per tree.
     std::vector<MinMax> min_max_;
-    std::vector<double> root_network_value_;
     std::vector<int32_t> path_;      // [B, N] node indices of the current search path
     std::vector<int32_t> path_len_;  // [B]
     std::vector<int32_t> leaf_action_;
     std::vector<int64_t> depth_sum_;
     std::vector<int32_t> depth_max_;
-    std::vector<double> q_scratch_;  // [A] Q of the children of the node being scored
+    std::vector<double> gumbel_;       // [B, A] root Gumbel noise g (0 without noise / pUCT)
+    std::vector<uint8_t> considered_;  // [B, A] root children sequential halving may pick
+    std::vector<int32_t> visit_sequence_;  // [B, S] considered_visit_sequence(m_b, S)
+
+    // Scratch for the node being scored; mutable so the const read-outs can use it too.
+    mutable std::vector<double> q_scratch_;      // [A]
+    mutable std::vector<double> score_scratch_;  // [A]
+    mutable std::vector<int32_t> index_scratch_; // [A]
 };
 
 }  // namespace ez
