@@ -1,5 +1,6 @@
 """The task registry (``ez_robot.envs``): every task a user names becomes a Gymnasium 1.x
-env with a discrete action space.
+env, with a discrete action space, or (DMControl in the sampled action modes) a
+normalized Box [-1, 1]^D.
 
 Names:
 - ``<domain>_<task>`` for every task of ``dm_control.suite`` (``cartpole_swingup``,
@@ -19,7 +20,7 @@ import gymnasium as gym
 
 from ez_robot.errors import ConfigError, UnknownTaskError
 
-__all__ = ["make", "make_from_config", "render_frame", "task_names", "UnknownTaskError", "CLASSIC_TASKS"]
+__all__ = ["make", "make_from_config", "render_frame", "task_names", "action_dims", "UnknownTaskError", "CLASSIC_TASKS"]
 
 CLASSIC_TASKS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
 MODES = ("train", "eval")
@@ -68,6 +69,7 @@ def make(task: str, *, seed: int | None = None, mode: str = "train", obs: str = 
     unknown = set(options) - {f for f in EnvConfig.__dataclass_fields__}
     if unknown:
         raise TypeError(f"make() got unknown option(s) {sorted(unknown)}; options are EnvConfig fields")
+    options.setdefault("action_mode", "auto")  # decided again with the options (bins=3 may fit joint)
     return make_from_config(dataclasses.replace(env_config, **options), seed=seed, mode=mode)
 
 
@@ -107,10 +109,32 @@ def make_from_config(env_config, *, seed: int | None = None, mode: str = "train"
         return env
     from ez_robot.envs.dmc import DMControlEnv
 
+    from ez_robot.config import resolved_action_mode
+
     domain, name = _dmc_tasks()[task]
+    continuous = resolved_action_mode(env_config) != "joint"
     return DMControlEnv(domain, name, seed=seed, obs=env_config.obs, action_repeat=env_config.action_repeat,
-                        bins=env_config.bins, max_discrete_actions=env_config.max_discrete_actions,
+                        continuous=continuous, bins=env_config.bins, max_discrete_actions=env_config.max_discrete_actions,
                         frame_size=env_config.frame_size, frame_stack=env_config.frame_stack)
+
+
+@functools.cache
+def action_dims(task: str) -> int | None:
+    """Dimensions of a task's continuous actions, None for a discrete action space."""
+    validate_task(task)
+    if task.startswith(("atari:", "gym:")):
+        return None
+    return _domain_action_dims(_dmc_tasks()[task][0])
+
+
+@functools.cache
+def _domain_action_dims(domain: str) -> int:
+    """The tasks of a dm_control domain share its model, and so its actuators."""
+    import numpy as np
+    from dm_control import suite
+
+    name = next(task for d, task in _dmc_tasks().values() if d == domain)
+    return int(np.prod(suite.load(domain, name).action_spec().shape))
 
 
 def render_frame(env):

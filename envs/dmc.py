@@ -1,10 +1,13 @@
-"""DeepMind Control as a Gymnasium env with a discrete action space.
+"""DeepMind Control as a Gymnasium env.
 
 A thin adapter of our own over ``dm_control.suite`` (no Shimmy layer in the step path):
 
-- each of the d action dimensions is split into K evenly spaced values spanning its
-  bounds, both ends included; the discrete action space is the product, K^d, and an
-  index maps to its vector through a precomputed [K^d, d] table;
+- joint discrete actions (the paper): each of the d action dimensions is split into K
+  evenly spaced values spanning its bounds, both ends included; the discrete action space
+  is the product, K^d, and an index maps to its vector through a precomputed [K^d, d]
+  table;
+- continuous actions (``continuous=True``, for the sampled action modes): a Box [-1, 1]^d
+  mapped linearly onto the task's bounds (values outside are clipped);
 - one agent step repeats the action ``action_repeat`` times and sums the rewards;
 - observations are the task's state features flattened to float32, or rendered RGB
   frames (square, channel-first uint8, the last ``frame_stack`` frames stacked);
@@ -43,12 +46,13 @@ class DMControlEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, domain: str, task: str, *, seed: int | None = None, obs: str = "state",
-                 action_repeat: int = 1, bins: int = 5, max_discrete_actions: int = 1024,
+                 action_repeat: int = 1, continuous: bool = False, bins: int = 5, max_discrete_actions: int = 1024,
                  frame_size: int = 84, frame_stack: int = 3, camera_id: int | None = None,
                  render_size: tuple[int, int] = (240, 320)):
         from dm_control import suite
 
-        self._kwargs = dict(domain=domain, task=task, seed=seed, obs=obs, action_repeat=action_repeat, bins=bins,
+        self._kwargs = dict(domain=domain, task=task, seed=seed, obs=obs, action_repeat=action_repeat,
+                            continuous=continuous, bins=bins,
                             max_discrete_actions=max_discrete_actions, frame_size=frame_size,
                             frame_stack=frame_stack, camera_id=camera_id, render_size=render_size)
         if obs not in ("state", "pixels"):
@@ -60,19 +64,25 @@ class DMControlEnv(gym.Env):
         self._env = suite.load(domain, task, task_kwargs={"random": seed})
         spec = self._env.action_spec()
         dims = int(np.prod(spec.shape))
-        if bins ** dims > max_discrete_actions:
+        if not continuous and bins ** dims > max_discrete_actions:
             raise ConfigError(
                 f"{domain}_{task} has {dims} action dimensions: {bins} bins each make {bins}^{dims} = "
                 f"{bins ** dims:,} discrete actions, above the limit of {max_discrete_actions:,}. "
-                f"Lower env.bins or raise env.max_discrete_actions.")
+                f"Lower env.bins or raise env.max_discrete_actions, or search sampled actions: "
+                f"--set env.action_mode=gaussian (or factorized).")
         self.task_name = f"{domain}_{task}"
         self.obs_kind = obs
         self.action_repeat = action_repeat
         self.bins = bins
         self.action_low = spec.minimum.astype(np.float64).reshape(-1)
         self.action_high = spec.maximum.astype(np.float64).reshape(-1)
-        self.action_table = discrete_action_table(self.action_low, self.action_high, bins)
-        self.action_space = gym.spaces.Discrete(len(self.action_table), seed=seed)
+        self.continuous = continuous
+        if continuous:  # normalized: [-1, 1] maps linearly onto [low, high] in every dimension
+            self.action_table = None
+            self.action_space = gym.spaces.Box(-1.0, 1.0, (dims,), np.float32, seed=seed)
+        else:
+            self.action_table = discrete_action_table(self.action_low, self.action_high, bins)
+            self.action_space = gym.spaces.Discrete(len(self.action_table), seed=seed)
         self.render_mode = "rgb_array"
         self._camera_id = camera_id if camera_id is not None else (2 if domain == "quadruped" else 0)
         self._render_size = render_size
@@ -92,9 +102,13 @@ class DMControlEnv(gym.Env):
         """Seconds of simulated time between two agent decisions."""
         return float(self._env.control_timestep()) * self.action_repeat
 
-    def continuous_action(self, index: int) -> np.ndarray:
-        """The action vector a discrete index stands for."""
-        return self.action_table[index]
+    def continuous_action(self, action) -> np.ndarray:
+        """The simulator's action vector for an agent action: a discrete index (joint), or
+        a normalized vector in [-1, 1]^D (continuous)."""
+        if self.continuous:
+            normalized = np.clip(np.asarray(action, np.float64).reshape(-1), -1.0, 1.0)
+            return self.action_low + (normalized + 1.0) * 0.5 * (self.action_high - self.action_low)
+        return self.action_table[int(action)]
 
     def _observe(self, time_step, first: bool) -> np.ndarray:
         if self.obs_kind == "state":
@@ -116,9 +130,13 @@ class DMControlEnv(gym.Env):
         return self._observe(time_step, first=True), {}
 
     def step(self, action):
-        if not self.action_space.contains(action):
+        if self.continuous:
+            action = np.asarray(action, np.float32)
+            if action.shape != self.action_space.shape or not np.isfinite(action).all():
+                raise ValueError(f"action {action!r} is not a finite vector of shape {self.action_space.shape}")
+        elif not self.action_space.contains(action):
             raise ValueError(f"action {action!r} is not in {self.action_space}")
-        vector = self.action_table[int(action)]
+        vector = self.continuous_action(action)
         reward, frames = 0.0, 0
         for _ in range(self.action_repeat):
             time_step = self._env.step(vector)

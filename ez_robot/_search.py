@@ -9,6 +9,7 @@ latent state plus the LSTM's ``(h, c)``), each with the batch on axis 0.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Callable, Tuple
 import numpy as np
 
 from ez_robot.ctree import Tree
+from ez_robot.policies import ActionSpec, sample_candidates
 
 __all__ = ["SearchConfig", "RootOutput", "SearchOutput", "RecurrentFn", "search", "visit_policy", "MAX_SIMULATIONS"]
 
@@ -49,12 +51,31 @@ class SearchConfig:
     """Visit-count temperature T of the output policy; 0 means greedy."""
     min_max_epsilon: float = 0.01
     """Soft min-max threshold for Q normalization."""
+    num_candidates: int = 16
+    """Sampled action modes: candidate actions drawn at each expanded node (K)."""
+    root_policy_samples: int = 4
+    """Sampled modes: root candidates drawn from the policy; the others come from the
+    policy widened by ``wide_scale`` (below the root all come from the policy)."""
+    wide_scale: float = 3.0
+    """Sampled modes: std multiplier (gaussian) or temperature (factorized) of the widened
+    root proposal."""
+    proposal_correction: bool = True
+    """Sampled modes: the prior over candidates is beta_hat / beta * pi (Sampled MuZero);
+    off: beta_hat alone (uniform over distinct candidates, as EfficientZero V2)."""
+    c_visit: float = 50.0
+    """Sampled modes (Gumbel search): sigma(q) = (c_visit + max_b N(b)) c_scale q."""
+    c_scale: float = 0.1
+    """Sampled modes (Gumbel search): see c_visit."""
 
     def __post_init__(self):
         if isinstance(self.num_simulations, bool) or not isinstance(self.num_simulations, (int, np.integer)):
             raise TypeError(f"SearchConfig.num_simulations must be an int, got {self.num_simulations!r}")
+        for name in ("num_candidates", "root_policy_samples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"SearchConfig.{name} must be an int, got {value!r}")
         for name in ("c1", "c2", "discount", "dirichlet_alpha", "dirichlet_fraction", "temperature",
-                     "min_max_epsilon"):
+                     "min_max_epsilon", "wide_scale", "c_visit", "c_scale"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
                 raise ValueError(f"SearchConfig.{name} must be a finite number, got {value!r}")
@@ -68,6 +89,12 @@ class SearchConfig:
             ("dirichlet_fraction", 0.0 <= self.dirichlet_fraction <= 1.0, "in [0, 1]"),
             ("temperature", self.temperature >= 0, ">= 0"),
             ("min_max_epsilon", self.min_max_epsilon > 0, "> 0"),
+            ("num_candidates", 1 <= self.num_candidates <= 1024, "in [1, 1024]"),
+            ("root_policy_samples", 0 <= self.root_policy_samples <= self.num_candidates,
+             f"in [0, num_candidates = {self.num_candidates}]"),
+            ("wide_scale", self.wide_scale > 0, "> 0"),
+            ("c_visit", self.c_visit >= 0, ">= 0"),
+            ("c_scale", self.c_scale > 0, "> 0"),
         ]
         for name, ok, rule in checks:
             if not ok:
@@ -102,13 +129,18 @@ class SearchOutput:
     policy: np.ndarray
     """[B, A] float32 visit distribution after temperature (the policy target at T = 1)."""
     actions: np.ndarray
-    """[B] int64 selected actions: sampled from `policy`, or the most visited at T = 0."""
+    """[B] int64 selected actions: sampled from `policy`, or the most visited at T = 0
+    (sampled modes: [B, D] float32, the candidate sequential halving chose)."""
     max_depth: np.ndarray
     """[B] int32 deepest leaf expanded."""
     mean_depth: np.ndarray
     """[B] float32 mean depth of the expanded leaves."""
     simulations: np.ndarray
     """[B] int32 simulations that ran (fewer than asked when a deadline stopped the search)."""
+    candidates: "np.ndarray | None" = None
+    """Sampled action modes: [B, K, D] float32 the root's candidate actions, which
+    ``visit_counts``, ``root_q_values`` and ``policy`` (the improved policy, the policy
+    target) are over; ``actions`` [B, D] is the chosen candidate.  None in joint mode."""
 
 
 RecurrentFn = Callable[[Any, np.ndarray, np.ndarray], Tuple[Any, Any, Any, Any]]
@@ -120,8 +152,15 @@ the caller zeroes that row's LSTM state before stepping it."""
 
 
 def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
-           rng: np.random.Generator, *, deadline: float | None = None) -> SearchOutput:
+           rng: np.random.Generator, *, deadline: float | None = None,
+           action_spec: ActionSpec | None = None) -> SearchOutput:
     """Runs ``config.num_simulations`` batched simulations from B roots.
+
+    ``action_spec`` says what the policy outputs are (default: A joint discrete actions,
+    A from ``root.policy_logits``).  Joint mode expands every action with pUCT (the
+    paper); the sampled modes (factorized, gaussian) draw ``config.num_candidates``
+    actions at every expanded node from the policy outputs there and search them with
+    Gumbel sequential halving at the root (:func:`_sampled_search`).
 
     ``deadline`` (a ``time.perf_counter()`` value) makes the search anytime: no new
     simulation starts once it has passed, and the output describes the simulations that
@@ -133,6 +172,8 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
                         f"{type(rng).__name__}")
     if not isinstance(config, SearchConfig):
         raise TypeError(f"search needs config, a SearchConfig, got {type(config).__name__}")
+    if action_spec is not None and action_spec.sampled:
+        return _sampled_search(root, recurrent_fn, config, rng, deadline, action_spec)
     logits = _as_float32(root.policy_logits, "root.policy_logits")
     if logits.ndim != 2:
         raise ValueError(f"root.policy_logits must have shape [B, A], got {logits.shape}")
@@ -176,6 +217,71 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
         max_depth=max_depth,
         mean_depth=mean_depth,
         simulations=np.full(batch, done, np.int32),
+    )
+
+
+def _sampled_search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig, rng: np.random.Generator,
+                    deadline: float | None, spec: ActionSpec) -> SearchOutput:
+    """Gumbel search over sampled candidates (EfficientZero V2; Danihelka et al. 2022).
+
+    Every expanded node gets K candidates drawn from its policy outputs
+    (:func:`ez_robot.policies.sample_candidates`); the tree keeps their indices as its
+    children and this driver keeps the action vectors in a pool laid out like the hidden
+    states (row ``node * B + b``).  With root noise on (training) the root draws Gumbel
+    noise and acts on the candidate sequential halving keeps; without (evaluation) it
+    adds the policy's most likely action to the root candidates and draws no noise."""
+    params = _as_float32(root.policy_logits, "root.policy_logits")
+    if params.ndim != 2 or params.shape[1] != spec.policy_size:
+        raise ValueError(f"root.policy_logits must have shape [B, {spec.policy_size}] for {spec.describe()}, "
+                         f"got {params.shape}")
+    batch, count = params.shape[0], config.num_candidates
+    if batch == 0:
+        raise ValueError("search needs B >= 1 roots")
+    greedy = not config.add_noise
+    sample = functools.partial(sample_candidates, spec, count=count, rng=rng, wide_scale=config.wide_scale,
+                               correction=config.proposal_correction)
+    candidates, logits = sample(params, root=True, policy_samples=config.root_policy_samples,
+                                include_mode=greedy)
+    gumbel = None if greedy else rng.gumbel(size=(batch, count)).astype(np.float32)
+    tree = Tree(batch, count, config.num_simulations, c1=config.c1, c2=config.c2, discount=config.discount,
+                lstm_horizon=config.lstm_horizon, min_max_epsilon=config.min_max_epsilon, gumbel=True,
+                c_visit=config.c_visit, c_scale=config.c_scale, max_considered=count)
+    tree.reset(_as_float32(root.value_prefix, "root.value_prefix"), _as_float32(root.value, "root.value"),
+               logits, gumbel)
+
+    pool = _HiddenPool(root.hidden, config.num_simulations + 1, batch)
+    action_pool = np.empty(((config.num_simulations + 1) * batch, count, spec.dims), np.float32)
+    action_pool[:batch] = candidates
+    done = config.num_simulations
+    for simulation in range(config.num_simulations):
+        if deadline is not None and time.perf_counter() >= deadline:
+            done = simulation
+            break
+        parent_rows, child, reset_mask = tree.traverse()
+        actions = action_pool[parent_rows, child]  # [B, D]
+        next_hidden, value_prefix, value, step_params = recurrent_fn(pool.gather(parent_rows), actions, reset_mask)
+        pool.put(simulation + 1, next_hidden)
+        step_params = _as_float32(step_params, "policy_logits")
+        if step_params.shape != (batch, spec.policy_size):
+            raise ValueError(f"recurrent_fn returned policy outputs of shape {step_params.shape}, expected "
+                             f"{(batch, spec.policy_size)}")
+        new_candidates, new_logits = sample(step_params, root=False)
+        start = (simulation + 1) * batch
+        action_pool[start:start + batch] = new_candidates
+        tree.expand_and_backup(_as_float32(value_prefix, "value_prefix"), _as_float32(value, "value"), new_logits)
+
+    chosen = tree.best_actions(gumbel=not greedy)
+    max_depth, mean_depth = tree.depth_stats()
+    return SearchOutput(
+        visit_counts=tree.root_visit_counts(),
+        root_values=tree.root_values(),
+        root_q_values=tree.root_completed_q(),
+        policy=tree.improved_policy(),
+        actions=candidates[np.arange(batch), chosen],
+        max_depth=max_depth,
+        mean_depth=mean_depth,
+        simulations=np.full(batch, done, np.int32),
+        candidates=candidates,
     )
 
 

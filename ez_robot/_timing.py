@@ -38,6 +38,7 @@ class TimedInference:
 
     def __init__(self, inner, stopwatch: Stopwatch, name: str):
         self.inner, self.stopwatch, self.name = inner, stopwatch, name
+        self.action_spec = inner.action_spec
 
     def root(self, observations):
         with self.stopwatch(self.name):

@@ -49,6 +49,7 @@ class _Trajectory:
     rewards: list = field(default_factory=list)
     root_values: list = field(default_factory=list)
     policies: list = field(default_factory=list)
+    candidates: list = field(default_factory=list)  # sampled modes: [K, D] per move
     collected_at: list = field(default_factory=list)
     episode_return: float = 0.0
     length: int = 0
@@ -65,16 +66,17 @@ class _Trajectory:
         moves = num_own if episode_end else len(self.actions)
         return Segment(
             frames=np.stack(self.frames[:self.frame_stack + moves]),
-            actions=np.array(self.actions[:moves], np.int64),
+            actions=np.array(self.actions[:moves], np.float32 if self.candidates else np.int64),
             rewards=np.array(self.rewards[:moves], np.float32),
             root_values=np.array(self.root_values[:moves] + [last_value], np.float32),
             policies=np.stack(self.policies[:moves]).astype(np.float32),
             collected_at=np.array(self.collected_at[:num_own], np.int64),
-            num_own=num_own, frame_stack=self.frame_stack, episode_end=episode_end, terminated=terminated)
+            num_own=num_own, frame_stack=self.frame_stack, episode_end=episode_end, terminated=terminated,
+            candidates=np.stack(self.candidates[:moves]).astype(np.float32) if self.candidates else None)
 
     def drop(self, moves: int) -> None:
         del self.frames[:moves], self.actions[:moves], self.rewards[:moves]
-        del self.root_values[:moves], self.policies[:moves], self.collected_at[:moves]
+        del self.root_values[:moves], self.policies[:moves], self.collected_at[:moves], self.candidates[:moves]
 
 
 class Actor:
@@ -97,7 +99,8 @@ class Actor:
         """One decision in every env."""
         config = self.search_config.replace(temperature=temperature)
         out = run_search(self.inference, np.stack(self.observations), config, self.rng)
-        policies = visit_policy(out.visit_counts, 1.0)  # the stored target is the T = 1 distribution
+        # the stored target: the T = 1 visit distribution (joint), the improved policy (sampled)
+        policies = visit_policy(out.visit_counts, 1.0) if out.candidates is None else out.policy
         segments, episodes, finals, errors = [], [], [], []
         for i, (env, traj) in enumerate(zip(self.envs, self.trajectories)):
             traj.root_values.append(float(out.root_values[i]))
@@ -105,7 +108,7 @@ class Actor:
                 # the value at the tail's last observation is known now: cut a segment
                 segments.append(traj.segment(self.segment_length, traj.root_values[-1]))
                 traj.drop(self.segment_length)
-            action = int(out.actions[i])
+            action = int(out.actions[i]) if out.candidates is None else out.actions[i]
             obs, reward, terminated, truncated, info = env.step(action)
             if ENV_ERROR in info:  # the env was made again: this episode's uncut moves are lost
                 errors.append(info[ENV_ERROR])
@@ -114,6 +117,8 @@ class Actor:
             traj.actions.append(action)
             traj.rewards.append(float(reward))
             traj.policies.append(policies[i])
+            if out.candidates is not None:
+                traj.candidates.append(out.candidates[i])
             traj.collected_at.append(train_step)
             traj.frames.append(traj.newest_frame(obs))
             traj.episode_return += float(reward)

@@ -7,11 +7,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import numpy as np
+
 from ez_robot.actor import Actor
-from ez_robot.config import Config
+from ez_robot.config import Config, resolved_action_mode
 from ez_robot.inference import search_config
 from ez_robot.learner import Learner
 from ez_robot.networks import EfficientZeroNet, make_network
+from ez_robot.policies import ActionSpec
 from ez_robot.replay import ReplayBuffer
 from ez_robot.schedules import total_train_steps
 
@@ -23,15 +26,34 @@ class EnvSpec:
     """What the networks need to know of a task's envs."""
 
     obs_shape: tuple
-    num_actions: int
+    action: ActionSpec
+
+    @property
+    def num_actions(self) -> int:
+        """Joint mode: A; the sampled modes: candidates are drawn, there is no fixed A (0)."""
+        return self.action.num_actions
 
     @classmethod
-    def of(cls, env) -> "EnvSpec":
-        return cls(tuple(env.observation_space.shape), int(env.action_space.n))
+    def of(cls, env, env_config) -> "EnvSpec":
+        """The spec of ``env`` (a Discrete action space: joint; a Box: ``env_config``'s mode)."""
+        space = env.action_space
+        if hasattr(space, "n"):
+            action = ActionSpec("joint", num_actions=int(space.n))
+        else:
+            mode = resolved_action_mode(env_config)
+            action = ActionSpec(mode, dims=int(np.prod(space.shape)),
+                                bins=env_config.factorized_bins if mode == "factorized" else 0)
+        return cls(tuple(env.observation_space.shape), action)
+
+    def state_dict(self) -> dict:
+        return {"obs_shape": list(self.obs_shape), "num_actions": self.action.num_actions,
+                "action": self.action.state_dict()}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "EnvSpec":
-        return cls(tuple(int(n) for n in state["obs_shape"]), int(state["num_actions"]))
+        action = ActionSpec.from_state_dict(state["action"]) if "action" in state else \
+            ActionSpec("joint", num_actions=int(state["num_actions"]))  # checkpoints before the sampled modes
+        return cls(tuple(int(n) for n in state["obs_shape"]), action)
 
 
 def env_spec(config: Config) -> EnvSpec:
@@ -40,14 +62,14 @@ def env_spec(config: Config) -> EnvSpec:
 
     env = make_from_config(config.env, seed=config.seed, mode="train")
     try:
-        return EnvSpec.of(env)
+        return EnvSpec.of(env, config.env)
     finally:
         env.close()
 
 
 def make_model(config: Config, spec: EnvSpec) -> EfficientZeroNet:
     """A freshly initialized network for the run (seed torch first for a reproducible one)."""
-    return make_network(spec.obs_shape, spec.num_actions, config.model, value_prefix=config.train.value_prefix)
+    return make_network(spec.obs_shape, spec.action, config.model, value_prefix=config.train.value_prefix)
 
 
 def make_envs(config: Config, seed: int, count: int) -> list:

@@ -67,8 +67,7 @@ def write_checkpoint(run_dir: Path | str, *, trainer: str, config, spec, counter
 
     state = {"format": CHECKPOINT_FORMAT, "ez_robot_version": ez_robot.__version__,
              "torch_version": str(torch.__version__), "trainer": trainer, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-             "config": config_to_dict(config), "spec": {"obs_shape": list(spec.obs_shape),
-                                                        "num_actions": int(spec.num_actions)},
+             "config": config_to_dict(config), "spec": spec.state_dict(),
              "counters": counters.state_dict(), "restarts": int(restarts), "metrics_bytes": metrics_bytes,
              "learner": learner, "replay": replay, "actor": actor, "rng": rng}
     path = checkpoint_path(run_dir)
@@ -234,7 +233,8 @@ class ReplayFiles:
                                        replay.segments):
             if segment_id not in self.checksums:
                 tmp = self.dir / f".segment-{segment_id:09d}.tmp.npz"
-                np.savez_compressed(tmp, **{name: getattr(segment, name) for name in self.FIELDS},
+                extra = {} if segment.candidates is None else {"candidates": segment.candidates}
+                np.savez_compressed(tmp, **{name: getattr(segment, name) for name in self.FIELDS}, **extra,
                                     flags=np.array([segment.num_own, segment.frame_stack, segment.episode_end,
                                                     segment.terminated], np.int64))
                 self.checksums[segment_id] = _crc32(tmp)
@@ -277,9 +277,10 @@ class ReplayFiles:
             try:
                 with np.load(io.BytesIO(data), allow_pickle=False) as data:
                     num_own, frame_stack, episode_end, terminated = (int(v) for v in data["flags"])
+                    candidates = data["candidates"] if "candidates" in data.files else None
                     segments.append(Segment(**{name: data[name] for name in self.FIELDS}, num_own=num_own,
                                             frame_stack=frame_stack, episode_end=bool(episode_end),
-                                            terminated=bool(terminated)))
+                                            terminated=bool(terminated), candidates=candidates))
             except Exception as error:  # a file that passed its CRC but is not a segment of ours
                 raise RunError(f"replay segment {path} that the checkpoint needs cannot be read "
                                f"({type(error).__name__}: {str(error)[:200]}); {self.REMEDY}") from None

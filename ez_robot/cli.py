@@ -17,13 +17,24 @@ def main():
 @click.argument("pattern", required=False)
 def tasks(pattern):
     """List the task names (optionally those matching PATTERN: a glob like 'walker_*'
-    or a substring like 'pong')."""
+    or a substring like 'pong'), each with the action mode its preset trains in."""
     from ez_robot import envs
+    from ez_robot.config import load_config
 
     names = envs.task_names(pattern)
     if not names:
         raise click.ClickException(f"no task matches {pattern!r}")
-    click.echo("\n".join(names))
+    width = max(len(name) for name in names)
+    for name in names:
+        dims = envs.action_dims(name)
+        if dims is None:
+            mode = "joint (discrete actions)"
+        else:
+            env = load_config(name).env
+            mode = {"joint": f"joint ({env.bins}^{dims} = {env.bins ** dims} actions)",
+                    "factorized": f"factorized ({dims} dims x {env.factorized_bins} bins)",
+                    "gaussian": f"gaussian ({dims} dims)"}[env.action_mode]
+        click.echo(f"{name:<{width}}  {mode}")
 
 
 @main.command()
@@ -266,12 +277,14 @@ def run(bundle, task, episodes, rate, simulations, seed, video):
             envs.validate_task(task)
             env_config = dataclasses.replace(env_config, task=task)
         env = envs.make_from_config(env_config, seed=seed, mode="eval")
-    shape, actions = tuple(env.observation_space.shape), int(env.action_space.n)
-    if (shape, actions) != (policy.observation_shape, policy.num_actions):
+    spec = policy.action_spec
+    shape = tuple(env.observation_space.shape)
+    actions = tuple(env.action_space.shape) if spec.sampled else getattr(env.action_space, "n", None)
+    if (shape, actions) != (policy.observation_shape, (spec.dims,) if spec.sampled else spec.num_actions):
         env.close()
         raise click.ClickException(f"{env_config.task} does not fit this bundle: it gives observations of shape "
-                                   f"{shape} and {actions} actions, the bundle takes {policy.observation_shape} "
-                                   f"and {policy.num_actions}")
+                                   f"{shape} and actions {env.action_space}, the bundle takes "
+                                   f"{policy.observation_shape} and {spec.describe()} actions")
     period = policy.control_period_s if env_config.task == policy.task else \
         getattr(env.unwrapped, "control_period", None)
     rate = rate or (1.0 / period if period else None)

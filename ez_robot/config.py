@@ -24,7 +24,7 @@ from ez_robot._search import SearchConfig
 from ez_robot.errors import ConfigError
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "ReanalyzeConfig", "Config",
-           "load_config", "parse_budget", "parse_override", "config_to_dict", "task_family", "PRESET_DIR"]
+           "load_config", "resolved_action_mode", "parse_budget", "parse_override", "config_to_dict", "task_family", "PRESET_DIR"]
 
 # configs/ in the repository, installed as the data package ez_robot.configs.
 PRESET_DIR = Path(str(importlib.resources.files("ez_robot.configs")))
@@ -36,6 +36,9 @@ def _check(section: str, rules: Iterable[tuple[str, bool, str]], obj) -> None:
             raise ConfigError(f"{section}.{name} must be {rule}, got {getattr(obj, name)!r}")
 
 
+ACTION_MODES = ("auto", "joint", "factorized", "gaussian")
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     task: str = "cartpole_swingup"
@@ -44,10 +47,17 @@ class EnvConfig:
     """Observation kind: state or pixels (Atari is always pixels)."""
     action_repeat: int = 4
     """Simulator steps per agent decision (Atari: the frame skip)."""
+    action_mode: str = "auto"
+    """Continuous actions: joint (one of bins^dims joint discrete actions, the paper's DMC
+    setting), factorized (each dimension its own categorical over factorized_bins values),
+    gaussian (a tanh-squashed Gaussian), or auto: joint where bins^dims <=
+    max_discrete_actions, else gaussian.  Discrete action spaces are always joint."""
     bins: int = 5
-    """DMControl: evenly spaced values per action dimension, both bounds included."""
+    """Joint mode: evenly spaced values per action dimension, both bounds included."""
     max_discrete_actions: int = 1024
-    """DMControl: refuse a discretization with more than this many joint actions (bins^dims)."""
+    """Joint mode: refuse a discretization with more than this many joint actions (bins^dims)."""
+    factorized_bins: int = 11
+    """Factorized mode: evenly spaced values per action dimension, both bounds included."""
     frame_size: int = 96
     """Pixels: side of the square observation."""
     frame_stack: int = 4
@@ -63,8 +73,10 @@ class EnvConfig:
         _check("env", [
             ("obs", self.obs in ("state", "pixels"), "'state' or 'pixels'"),
             ("action_repeat", self.action_repeat >= 1, ">= 1"),
+            ("action_mode", self.action_mode in ACTION_MODES, " or ".join(repr(m) for m in ACTION_MODES)),
             ("bins", self.bins >= 2, ">= 2"),
             ("max_discrete_actions", self.max_discrete_actions >= 2, ">= 2"),
+            ("factorized_bins", 2 <= self.factorized_bins <= 1001, "in [2, 1001]"),
             ("frame_size", 8 <= self.frame_size <= 512, "in [8, 512]"),
             ("frame_stack", self.frame_stack >= 1, ">= 1"),
             ("noop_max", self.noop_max >= 0, ">= 0"),
@@ -164,6 +176,8 @@ class TrainConfig:
     """Training steps between target-network refreshes."""
     eval_episodes: int = 32
     """Evaluation episodes."""
+    entropy_coef: float = 0.01
+    """Sampled action modes: weight of the policy-entropy bonus in the loss."""
     inference: str = "onnxruntime"
     """Network calls of the searches in self-play and reanalyze on the CPU: onnxruntime
     (the networks exported again after each weight refresh; several times faster on the
@@ -188,6 +202,7 @@ class TrainConfig:
             ("unroll_steps", self.unroll_steps >= 1, ">= 1"),
             ("td_steps", self.td_steps >= 1, ">= 1"),
             ("policy_loss_coef", self.policy_loss_coef >= 0, ">= 0"),
+            ("entropy_coef", self.entropy_coef >= 0, ">= 0"),
             ("value_loss_coef", self.value_loss_coef >= 0, ">= 0"),
             ("consistency_loss_coef", self.consistency_loss_coef >= 0, ">= 0"),
             ("reanalyze_policy_ratio", 0.0 <= self.reanalyze_policy_ratio <= 1.0, "in [0, 1]"),
@@ -385,6 +400,7 @@ def load_config(task: str, *, obs: str = "state", budget: str | int | None = Non
         preset = yaml.safe_load(f) or {}
     values: dict[str, Any] = {}
     task_overrides = preset.pop("tasks", {}) or {}
+    preset_modes = preset.pop("modes", {}) or {}
     _merge(values, preset, path.name)
     name = task.split(":", 1)[1] if ":" in task else task
     for pattern, update in task_overrides.items():  # in file order, later patterns win
@@ -396,14 +412,38 @@ def load_config(task: str, *, obs: str = "state", budget: str | int | None = Non
         values["train.budget"] = parse_budget(budget)
     if seed is not None:
         values["seed"] = seed
+    user = {}
     for text in overrides:
         key, value = parse_override(text)
         if key in fixed and value != fixed[key]:  # the preset was chosen by the task and obs kind
             flag = "--task" if key == "env.task" else "--obs"
             raise ConfigError(f"--set {key}={value} disagrees with {flag} {fixed[key]}: the preset follows "
                               f"{flag}, so give the {key.split('.')[1]} there")
-        values[key] = value
+        user[key] = value
+    # the action mode decides part of the preset (e.g. fewer simulations for the sampled
+    # search), so it is resolved here, and the run's config names the concrete mode
+    mode = resolved_action_mode(_build({**values, **user}, preset=path.name).env)
+    _merge(values, preset_modes.get(mode) or {}, f"{path.name} modes.{mode}")
+    values.update(user)
+    values["env.action_mode"] = mode
     return _build(values, preset=path.name)
+
+
+def resolved_action_mode(env: EnvConfig) -> str:
+    """The action mode ``env.action_mode`` means for its task: ``auto`` becomes joint for
+    discrete action spaces and for continuous ones whose bins^dims fits
+    ``max_discrete_actions``, gaussian otherwise; discrete action spaces refuse the others."""
+    from ez_robot.envs import action_dims
+
+    dims = action_dims(env.task)  # None: a discrete action space
+    if dims is None:
+        if env.action_mode not in ("auto", "joint"):
+            raise ConfigError(f"{env.task} has discrete actions: env.action_mode must be joint (or auto), "
+                              f"got {env.action_mode!r}")
+        return "joint"
+    if env.action_mode != "auto":
+        return env.action_mode
+    return "joint" if env.bins ** dims <= env.max_discrete_actions else "gaussian"
 
 
 def _build(values: Mapping[str, Any], preset: str = "") -> Config:

@@ -120,7 +120,8 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
             live = np.flatnonzero(~done)
             out = run_search(inference, np.stack([observations[i] for i in live]), greedy, rng)
             for i, action in zip(live, out.actions):
-                obs, reward, terminated, truncated, _ = envs[i].step(int(action))
+                action = int(action) if out.candidates is None else action  # an index, or a vector
+                obs, reward, terminated, truncated, _ = envs[i].step(action)
                 returns[i] += reward
                 lengths[i] += 1
                 observations[i] = obs

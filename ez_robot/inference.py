@@ -31,6 +31,7 @@ class TorchInference:
     def __init__(self, net, device: torch.device | str = "cpu"):
         self.net = net
         self.device = torch.device(device)
+        self.action_spec = net.action_spec
 
     def refresh(self) -> None:
         """Nothing to do: the calls read the network's weights as they are."""
@@ -51,7 +52,8 @@ class TorchInference:
         if reset_mask.any():
             keep = torch.from_numpy(~reset_mask).to(self.device, h.dtype)[:, None]
             h, c = h * keep, c * keep
-        action = torch.from_numpy(actions).to(self.device, torch.long)
+        action = torch.from_numpy(np.ascontiguousarray(actions)).to(
+            self.device, torch.float32 if self.action_spec.sampled else torch.long)
         out = self.net.recurrent_inference(state, (h, c), action)
         support = self.net.support_size
         return ((out.hidden, *out.lstm_state),
@@ -70,6 +72,7 @@ class OnnxInference:
 
     def __init__(self, net):
         self.net = net
+        self.action_spec = net.action_spec
         self.refresh()
 
     def refresh(self) -> None:
@@ -87,7 +90,7 @@ class OnnxInference:
             initial, recurrent = (ort.InferenceSession(str(Path(tmp) / name), options,
                                                        providers=["CPUExecutionProvider"])
                                   for name in ("initial.onnx", "recurrent.onnx"))
-        self._networks = Networks(initial, recurrent, self.net.lstm_hidden)
+        self._networks = Networks(initial, recurrent, self.net.lstm_hidden, self.action_spec)
         self._dtype = np.uint8 if self.net.pixels else np.float32
 
     def root(self, observations: np.ndarray) -> RootOutput:
@@ -107,10 +110,13 @@ def make_inference(net, device: torch.device | str, backend: str):
 
 def run_search(inference: TorchInference, observations: np.ndarray, config: SearchConfig,
                rng: np.random.Generator, max_batch: int = 1024) -> SearchOutput:
-    """Searches B observations, ``max_batch`` roots at a time (bounds the hidden-state pool)."""
+    """Searches B observations, ``max_batch`` roots at a time (bounds the hidden-state pool),
+    in the action mode of the inference's network."""
+    spec = inference.action_spec
     if len(observations) <= max_batch:
-        return search(inference.root(observations), inference.recurrent_fn, config, rng)
-    parts = [search(inference.root(observations[i:i + max_batch]), inference.recurrent_fn, config, rng)
-             for i in range(0, len(observations), max_batch)]
-    return SearchOutput(**{name: np.concatenate([getattr(p, name) for p in parts])
+        return search(inference.root(observations), inference.recurrent_fn, config, rng, action_spec=spec)
+    parts = [search(inference.root(observations[i:i + max_batch]), inference.recurrent_fn, config, rng,
+                    action_spec=spec) for i in range(0, len(observations), max_batch)]
+    return SearchOutput(**{name: None if getattr(parts[0], name) is None else
+                           np.concatenate([getattr(p, name) for p in parts])
                            for name in SearchOutput.__dataclass_fields__})

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from ez_robot.config import Config
 from ez_robot.errors import RunError
 from ez_robot.inference import search_config
-from ez_robot.networks import scalar_to_support, scale_gradient, support_to_scalar
+from ez_robot.networks import (policy_entropy, policy_log_prob, scalar_to_support, scale_gradient,
+                               support_to_scalar)
 from ez_robot.reanalyze import Targets
 from ez_robot.targets import BatchContext
 
@@ -95,11 +96,23 @@ class Learner:
         def ce(logits, target_probs):
             return -(target_probs * F.log_softmax(logits, dim=-1)).sum(-1)
 
+        spec = net.action_spec
+        candidates = None if targets.candidates is None else torch.as_tensor(targets.candidates, device=dev)
+
+        def policy_ce(params, u):
+            """Cross-entropy of the policy target at unroll step u: over the A actions
+            (joint), or over the searched candidates (sampled: -sum_i pi'(a_i) log pi(a_i)),
+            minus the entropy bonus."""
+            if candidates is None:
+                return ce(params, policy_target[:, u])
+            log_pi = policy_log_prob(spec, params, candidates[:, u])
+            return -(policy_target[:, u] * log_pi).sum(-1) - t.entropy_coef * policy_entropy(spec, params)
+
         # --- step 0: representation and prediction ---
         out = net.initial_inference(obs[:, 0])
         value_0 = support_to_scalar(out.value_logits.detach(), S)
         value_loss = ce(out.value_logits, scalar_to_support(value_target[:, 0], S)) * mask_value[:, 0]
-        policy_loss = ce(out.policy_logits, policy_target[:, 0]) * mask_policy[:, 0]
+        policy_loss = policy_ce(out.policy_logits, 0) * mask_policy[:, 0]
         vp_loss = torch.zeros(batch, device=dev)
         consistency_loss = torch.zeros(batch, device=dev)
         unroll_value, unroll_policy = torch.zeros(batch, device=dev), torch.zeros(batch, device=dev)
@@ -118,7 +131,7 @@ class Learner:
                 lstm_state = tuple(torch.zeros_like(s) for s in lstm_state)
             vp_loss = vp_loss + ce(step.value_prefix_logits, scalar_to_support(vp_target[:, k - 1], S)) * mask_vp[:, k - 1]
             unroll_value = unroll_value + ce(step.value_logits, scalar_to_support(value_target[:, k], S)) * mask_value[:, k]
-            unroll_policy = unroll_policy + ce(step.policy_logits, policy_target[:, k]) * mask_policy[:, k]
+            unroll_policy = unroll_policy + policy_ce(step.policy_logits, k) * mask_policy[:, k]
             if t.consistency:
                 predicted = net.project(hidden, with_predictor=True)
                 cosine = F.cosine_similarity(predicted, targets_proj[:, k - 1], dim=-1)

@@ -12,6 +12,7 @@ network so that an exported graph takes raw observations.
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -19,9 +20,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ez_robot.config import ModelConfig
+from ez_robot.policies import MEAN_BOUND, STD_MIN, ActionSpec
 
 __all__ = ["EfficientZeroNet", "InitialOutput", "RecurrentOutput", "make_network", "value_transform",
-           "inverse_value_transform", "scalar_to_support", "support_to_scalar", "scale_gradient"]
+           "inverse_value_transform", "scalar_to_support", "support_to_scalar", "scale_gradient",
+           "policy_log_prob", "policy_entropy"]
 
 EPS = 0.001  # epsilon of the invertible value transform (MuZero appendix)
 
@@ -125,7 +128,7 @@ class _ConvHead(nn.Module):
 class InitialOutput(NamedTuple):
     hidden: torch.Tensor          # [B, *hidden_shape]
     value_logits: torch.Tensor    # [B, 2S + 1]
-    policy_logits: torch.Tensor   # [B, A]
+    policy_logits: torch.Tensor   # [B, P] policy-head outputs (joint: the A logits)
 
 
 class RecurrentOutput(NamedTuple):
@@ -133,16 +136,26 @@ class RecurrentOutput(NamedTuple):
     lstm_state: tuple                       # (h, c), each [B, lstm_hidden]
     value_prefix_logits: torch.Tensor       # [B, 2S + 1] (per-step reward without the LSTM)
     value_logits: torch.Tensor              # [B, 2S + 1]
-    policy_logits: torch.Tensor             # [B, A]
+    policy_logits: torch.Tensor             # [B, P]
 
 
 # --- the network -------------------------------------------------------------------
 
 class EfficientZeroNet(nn.Module):
-    def __init__(self, obs_shape: tuple, num_actions: int, config: ModelConfig, *, value_prefix: bool = True):
+    """``action``: an :class:`ActionSpec` (or the number of joint discrete actions).  The
+    policy head has ``action.policy_size`` outputs; the dynamics takes an action index
+    (joint) or an action vector in [-1, 1]^D (the sampled modes)."""
+
+    def __init__(self, obs_shape: tuple, action: ActionSpec | int, config: ModelConfig, *, value_prefix: bool = True):
         super().__init__()
+        self.action_spec = action if isinstance(action, ActionSpec) else ActionSpec("joint", num_actions=int(action))
         self.obs_shape = tuple(obs_shape)
-        self.num_actions = num_actions
+        self.num_actions = self.action_spec.num_actions  # joint: A (0 in the sampled modes)
+        self.policy_size = self.action_spec.policy_size
+        # what the dynamics reads of an action: A one-hot entries (states) or one plane
+        # (pixels) for an index; the D values of a vector
+        self.action_inputs = self.action_spec.dims if self.action_spec.sampled else \
+            (1 if len(obs_shape) == 3 else self.num_actions)
         self.support_size = config.support_size
         self.lstm_hidden = config.lstm_hidden
         self.value_prefix = value_prefix
@@ -177,14 +190,14 @@ class EfficientZeroNet(nn.Module):
         spatial = self.hidden_shape[1] * self.hidden_shape[2]
         # Dynamics: the paper's text says stride 2, but the residual link adds the input
         # state, so the convolution must keep the 6x6 resolution: stride 1.
-        self.dynamics_conv = _conv3x3(ch + 1, ch)
+        self.dynamics_conv = _conv3x3(ch + self.action_inputs, ch)
         self.dynamics_bn = nn.BatchNorm2d(ch)
         self.dynamics_block = _ResidualBlock(ch)
         self.reward_conv = nn.Sequential(nn.Conv2d(ch, c.reduced_channels, 1), nn.BatchNorm2d(c.reduced_channels),
                                          nn.ReLU(), nn.Flatten())
         reward_in = c.reduced_channels * spatial
         self.value_head = _ConvHead(ch, c.reduced_channels, spatial, c.head_hidden, bins, residual=True)
-        self.policy_head = _ConvHead(ch, c.reduced_channels, spatial, c.head_hidden, self.num_actions, residual=True)
+        self.policy_head = _ConvHead(ch, c.reduced_channels, spatial, c.head_hidden, self.policy_size, residual=True)
         self._build_reward(reward_in, c, bins)
 
     def _build_states(self, c: ModelConfig, bins: int) -> None:
@@ -198,10 +211,10 @@ class EfficientZeroNet(nn.Module):
         # LayerNorm has no train/eval difference.  (The pixel ResNet keeps the paper's BN.)
         ln = nn.LayerNorm
         self.representation = nn.Sequential(_mlp([dims, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln), nn.ReLU())
-        self.dynamics_mlp = _mlp([c.latent_dim + self.num_actions, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln)
+        self.dynamics_mlp = _mlp([c.latent_dim + self.action_inputs, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln)
         self.reward_conv = nn.Identity()
         self.value_head = _mlp([c.latent_dim, c.head_hidden, bins], zero_last=True, norm=ln)
-        self.policy_head = _mlp([c.latent_dim, c.head_hidden, self.num_actions], zero_last=True, norm=ln)
+        self.policy_head = _mlp([c.latent_dim, c.head_hidden, self.policy_size], zero_last=True, norm=ln)
         self._build_reward(c.latent_dim, c, bins, norm=ln)
 
     def _build_reward(self, features: int, c: ModelConfig, bins: int, norm=nn.BatchNorm1d) -> None:
@@ -244,14 +257,16 @@ class EfficientZeroNet(nn.Module):
         return RecurrentOutput(next_hidden, lstm_state, value_prefix_logits, value_logits, policy_logits)
 
     def dynamics(self, hidden: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """G: (state, action) -> next state, with the extra residual link to the input state."""
+        """G: (state, action) -> next state, with the extra residual link to the input state.
+        ``action``: [B] indices (joint) or [B, D] vectors (sampled modes)."""
+        sampled = self.action_spec.sampled
         if self.pixels:
-            plane = (action.float() / self.num_actions)[:, None, None, None].expand(
-                -1, 1, *hidden.shape[2:])
-            x = self.dynamics_bn(self.dynamics_conv(torch.cat([hidden, plane], dim=1)))
+            values = action.float() if sampled else (action.float() / self.num_actions)[:, None]
+            planes = values[:, :, None, None].expand(-1, -1, *hidden.shape[2:])
+            x = self.dynamics_bn(self.dynamics_conv(torch.cat([hidden, planes], dim=1)))
             return self.dynamics_block(F.relu(x + hidden))
-        one_hot = F.one_hot(action.long(), self.num_actions).float()
-        x = self.dynamics_mlp(torch.cat([hidden, one_hot], dim=1))
+        encoded = action.float() if sampled else F.one_hot(action.long(), self.num_actions).float()
+        x = self.dynamics_mlp(torch.cat([hidden, encoded], dim=1))
         return F.relu(x + hidden)
 
     def project(self, hidden: torch.Tensor, with_predictor: bool) -> torch.Tensor:
@@ -260,7 +275,7 @@ class EfficientZeroNet(nn.Module):
         return self.predictor(z) if with_predictor else z
 
 
-def make_network(obs_shape: tuple, num_actions: int, config: ModelConfig, *, value_prefix: bool = True
+def make_network(obs_shape: tuple, action: ActionSpec | int, config: ModelConfig, *, value_prefix: bool = True
                  ) -> EfficientZeroNet:
     """Pixel observations ([C, H, W]) get the paper's ResNet; states ([D]) the MLP.
 
@@ -271,4 +286,41 @@ def make_network(obs_shape: tuple, num_actions: int, config: ModelConfig, *, val
     """
     if len(obs_shape) not in (1, 3):
         raise ValueError(f"observations must be [D] states or [C, H, W] pixels, got shape {tuple(obs_shape)}")
-    return EfficientZeroNet(obs_shape, num_actions, config, value_prefix=value_prefix)
+    return EfficientZeroNet(obs_shape, action, config, value_prefix=value_prefix)
+
+
+# --- policies of the sampled action modes (torch side of ez_robot.policies) ------------
+
+def policy_log_prob(spec: ActionSpec, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log pi(a) [..., K] of candidate actions [..., K, D] under policy-head outputs [..., P]
+    (the same densities as :func:`ez_robot.policies.log_prob`)."""
+    d = spec.dims
+    if spec.mode == "factorized":
+        logp = F.log_softmax(params.reshape(params.shape[:-1] + (d, spec.bins)), dim=-1)  # [..., D, bins]
+        index = torch.round((actions.float() + 1.0) * 0.5 * (spec.bins - 1)).long().clamp(0, spec.bins - 1)
+        expanded = logp.unsqueeze(-3).expand(index.shape + (spec.bins,))  # [..., K, D, bins]
+        return expanded.gather(-1, index.unsqueeze(-1)).squeeze(-1).sum(-1)
+    mean, std = _gaussian(params, d)
+    # atanh near +-1 needs float64: float32 keeps only ~6% of 1 - |a| at |a| = 1 - 1e-6
+    squashed = actions.double().clamp(-1 + 1e-6, 1 - 1e-6)
+    pre = torch.atanh(squashed)
+    jacobian = torch.log(1 - squashed * squashed).sum(-1).to(params.dtype)
+    z = (pre.to(params.dtype) - mean.unsqueeze(-2)) / std.unsqueeze(-2)
+    logp = -0.5 * z * z - torch.log(std.unsqueeze(-2)) - 0.5 * math.log(2 * math.pi)
+    return logp.sum(-1) - jacobian
+
+
+def policy_entropy(spec: ActionSpec, params: torch.Tensor) -> torch.Tensor:
+    """Entropy [...] of the policies: exact for the factorized categoricals; for the
+    Gaussian that of the pre-squash Gaussian (the squash has no closed form)."""
+    if spec.mode == "factorized":
+        logp = F.log_softmax(params.reshape(params.shape[:-1] + (spec.dims, spec.bins)), dim=-1)
+        return -(logp.exp() * logp).sum((-1, -2))
+    _, std = _gaussian(params, spec.dims)
+    return (torch.log(std) + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
+
+
+def _gaussian(params: torch.Tensor, dims: int) -> tuple[torch.Tensor, torch.Tensor]:
+    mean = MEAN_BOUND * torch.tanh(params[..., :dims] / MEAN_BOUND)
+    std = F.softplus(params[..., dims:2 * dims] + 1.0) + STD_MIN
+    return mean, std

@@ -108,7 +108,7 @@ class _Pipeline:
         self.storage = ray.remote(SharedStorage).options(name=names["storage"], num_cpus=0).remote(
             config, c.at(), weights, lead, restarts=self.restarts)
         self.replay = ray.remote(ReplayWorker).options(name=names["replay"], num_cpus=0).remote(
-            config, names["storage"], spec.num_actions, config.seed + 2 + c.train_steps,
+            config, names["storage"], spec.action, config.seed + 2 + c.train_steps,
             str(self.run_dir / "checkpoints" / "replay") if replay_checkpoint else None,
             resume.get("replay") if resume else None)
         self._check_started(self.replay, "the replay worker")

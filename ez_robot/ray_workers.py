@@ -168,9 +168,9 @@ class _Sample:
 class ReplayWorker:
     """The replay buffer, and the CPU half of reanalyze (sampling and context)."""
 
-    def __init__(self, config: Config, storage: str, num_actions: int, seed: int, replay_dir: str | None,
+    def __init__(self, config: Config, storage: str, action, seed: int, replay_dir: str | None,
                  replay_state: dict | None):
-        self.config, self.storage, self.num_actions = config, _actor(storage), num_actions
+        self.config, self.storage, self.action = config, _actor(storage), action
         self.rng = np.random.default_rng(seed)
         self.files = ReplayFiles(replay_dir) if replay_dir else None
         self.replay = self.files.load(config.replay, replay_state) if self.files and replay_state \
@@ -186,7 +186,7 @@ class ReplayWorker:
     def sample(self, train_steps: int, target_version: int) -> _Sample | None:
         if not self.replay.ready():
             return None
-        ref, context = sample_batch(self.replay, self.config, train_steps, self.num_actions, self.rng,
+        ref, context = sample_batch(self.replay, self.config, train_steps, self.action, self.rng,
                                     target_version=target_version)
         observations = [_BootstrapObservations(s, context.bootstrap_index[b]) for b, s in enumerate(ref.segments)]
         return _Sample(context, observations, ref.segment_ids, ref.positions, ref.weights)

@@ -44,6 +44,8 @@ class Targets:
     """Roots searched for this batch."""
     num_stored: int = 0
     """Bootstraps and policies taken from stored search results instead (buffer mode)."""
+    candidates: "np.ndarray | None" = None
+    """Sampled modes: [B, K + 1, C, D] float32 the candidate actions ``policy`` is over."""
 
 
 def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInference, search_config: SearchConfig,
@@ -56,12 +58,15 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
 
     values = context.stored_bootstrap_values.copy()
     policy = context.stored_policies.copy()
+    candidates = None if context.stored_candidates is None else context.stored_candidates.copy()
     # --- stored search results (buffer reanalyze), where recent enough ---
     value_cells = bootstrap & ~context.value_fresh if off_policy_correction else np.zeros_like(bootstrap)
     if off_policy_correction:
         values[context.value_fresh] = context.searched_values[context.value_fresh]
     stored_policy = policy_cells & context.policy_fresh
     policy[stored_policy] = context.searched_policies[stored_policy]
+    if candidates is not None:
+        candidates[stored_policy] = context.searched_candidates[stored_policy]
     policy_cells = policy_cells & ~context.policy_fresh
 
     # --- search the rest: bootstrap observations, then policy observations ---
@@ -72,11 +77,14 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
         out = run_search(inference, np.stack(roots), search_config.replace(temperature=1.0), rng,
                          max_batch=max_search_batch)
         values[value_cells] = out.root_values[:num_value_roots]
-        policy[policy_cells] = out.policy[num_value_roots:]
+        policy[policy_cells] = out.policy[num_value_roots:]  # visits at T = 1, or the improved policy
+        if candidates is not None:
+            candidates[policy_cells] = out.candidates[num_value_roots:]
     value = context.value_partial + context.bootstrap_discount * np.where(bootstrap, values, 0.0)
     num_stored = int((context.value_fresh & bootstrap).sum()) if off_policy_correction else 0
     return Targets(value=value.astype(np.float32), policy=policy, searched_policy=policy_rows,
-                   num_searches=len(roots), num_stored=num_stored + int(stored_policy.sum()))
+                   num_searches=len(roots), num_stored=num_stored + int(stored_policy.sum()),
+                   candidates=candidates)
 
 
 def search_segments(segments: list, inference: TorchInference, search_config: SearchConfig,
@@ -86,13 +94,14 @@ def search_segments(segments: list, inference: TorchInference, search_config: Se
     unit of work), with root noise as a batch search has it."""
     observations = np.concatenate([np.stack([s.observation(i) for i in range(s.num_moves + 1)]) for s in segments])
     out = run_search(inference, observations, search_config.replace(temperature=1.0), rng, max_batch=max_search_batch)
-    policies = visit_policy(out.visit_counts, 1.0)
+    sampled = out.candidates is not None
+    policies = out.policy if sampled else visit_policy(out.visit_counts, 1.0)
     results, start = [], 0
     for segment in segments:
         end = start + segment.num_moves + 1
         results.append(SearchResults(values=out.root_values[start:end].astype(np.float32),
                                      policies=policies[start:end - 1].astype(np.float32), version=version,
-                                     round=round))
+                                     round=round, candidates=out.candidates[start:end - 1] if sampled else None))
         start = end
     return results
 

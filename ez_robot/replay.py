@@ -30,14 +30,16 @@ class Segment:
     """[frame_stack - 1 + M + 1, *frame_shape]: frame j is the newest frame of observation
     j - (frame_stack - 1); observation j is frames[j : j + frame_stack] stacked on axis 0."""
     actions: np.ndarray
-    """[M] int64 action taken at each move."""
+    """[M] int64 action taken at each move (joint mode), or [M, D] float32 action vectors
+    in [-1, 1] (the sampled modes)."""
     rewards: np.ndarray
     """[M] float32 reward received after each move."""
     root_values: np.ndarray
     """[M + 1] float32 search root value at each observation, when it was collected
     (the last one 0 when the episode terminated there)."""
     policies: np.ndarray
-    """[M, A] float32 search visit distribution at each move, when it was collected."""
+    """[M, A] float32 search visit distribution at each move, when it was collected (the
+    sampled modes: [M, K] the improved policy over that move's candidates)."""
     collected_at: np.ndarray
     """[num_own] int64 training step of the acting network that collected each move."""
     num_own: int
@@ -48,6 +50,9 @@ class Segment:
     """The episode ends after the last move (observation M is its final one)."""
     terminated: bool = False
     """It ended by termination (no bootstrapping past it), not by truncation."""
+    candidates: "np.ndarray | None" = field(default=None, compare=False, repr=False)
+    """Sampled modes: [M, K, D] float32 the candidate actions ``policies`` is over; None
+    in joint mode."""
     search: "SearchResults | None" = field(default=None, compare=False, repr=False)
     """The latest target-network search of every observation (buffer reanalyze); not
     stored with the segment's files: a resumed run searches again."""
@@ -61,6 +66,8 @@ class Segment:
             "policies": (len(self.policies), moves),
             "collected_at": (len(self.collected_at), self.num_own),
         }
+        if self.candidates is not None:
+            checks["candidates"] = (len(self.candidates), moves)
         for name, (got, want) in checks.items():
             if got != want:
                 raise ValueError(f"Segment.{name} has length {got}, expected {want} for {moves} moves")
@@ -86,12 +93,15 @@ class SearchResults:
     values: np.ndarray
     """[M + 1] float32 root value of each observation."""
     policies: np.ndarray
-    """[M, A] float32 visit distribution (temperature 1) at each observation with a move."""
+    """[M, A] float32 visit distribution (temperature 1) at each observation with a move
+    (sampled modes: [M, K] the improved policy over ``candidates``)."""
     version: int
     """Training step at which the target network that searched was taken."""
     round: int = -1
     """The sweep round it belongs to (a training step: when the round began); the sweep
     searches again what is older than the current round."""
+    candidates: "np.ndarray | None" = None
+    """Sampled modes: [M, K, D] float32 the candidates of each search."""
 
 
 @dataclass(frozen=True)

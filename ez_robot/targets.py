@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ez_robot.policies import ActionSpec
 from ez_robot.replay import SampleRef
 
 __all__ = ["dynamic_horizon", "BatchContext", "prepare_context"]
@@ -38,7 +39,8 @@ class BatchContext:
     observations: np.ndarray
     """[B, K + 1, *obs_shape] o_{t+u} (past the data: the last observation, masked)."""
     actions: np.ndarray
-    """[B, K] int64 a_{t+u} (past the episode: random, masked)."""
+    """[B, K] int64 a_{t+u} (past the episode: random, masked); sampled modes: [B, K, D]
+    float32 action vectors."""
     value_prefix_targets: np.ndarray
     """[B, K] float32 reward sums since the last LSTM reset, after each unrolled action."""
     value_partial: np.ndarray
@@ -50,7 +52,8 @@ class BatchContext:
     stored_bootstrap_values: np.ndarray
     """[B, K + 1] float32 the root values stored at collection (the stale bootstrap)."""
     stored_policies: np.ndarray
-    """[B, K + 1, A] float32 visit distributions stored at collection (uniform past the end)."""
+    """[B, K + 1, A] float32 visit distributions stored at collection (uniform past the end);
+    sampled modes: [B, K + 1, C] improved policies over ``stored_candidates``."""
     mask_policy: np.ndarray
     """[B, K + 1] float32 1 where o_{t+u} has a move (a policy target)."""
     mask_value: np.ndarray
@@ -69,34 +72,50 @@ class BatchContext:
     ``policy_fresh``."""
     policy_fresh: np.ndarray
     """[B, K + 1] bool o_{t+u} has a stored search result recent enough to use."""
+    stored_candidates: "np.ndarray | None" = None
+    """Sampled modes: [B, K + 1, C, D] float32 the candidates of ``stored_policies``."""
+    searched_candidates: "np.ndarray | None" = None
+    """Sampled modes: [B, K + 1, C, D] float32 the candidates of ``searched_policies``."""
 
 
 def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
-                    lstm_horizon: int, num_actions: int, rng: np.random.Generator,
+                    lstm_horizon: int, num_actions: "int | ActionSpec", rng: np.random.Generator,
                     search_from: int | None = None) -> BatchContext:
     """Gathers observations, actions and the reward parts of every target.
+
+    ``num_actions``: A, or the run's :class:`ez_robot.policies.ActionSpec` (the sampled
+    modes store action vectors and policies over candidates).
 
     ``horizons`` [B] is l per sample (``dynamic_horizon``, or k without correction).
     ``search_from``: stored search results (:class:`ez_robot.replay.SearchResults`) made
     by a target network of this version or later are fresh enough to use; ``None`` uses
     none (the paper's batch reanalyze searches everything)."""
+    spec = num_actions if isinstance(num_actions, ActionSpec) else ActionSpec("joint", num_actions=num_actions)
     batch, K = len(ref.positions), unroll_steps
-    obs_shape = ref.segments[0].observation(0).shape
-    observations = np.empty((batch, K + 1) + obs_shape, ref.segments[0].frames.dtype)
-    actions = rng.integers(num_actions, size=(batch, K)).astype(np.int64)
+    first = ref.segments[0]
+    obs_shape = first.observation(0).shape
+    observations = np.empty((batch, K + 1) + obs_shape, first.frames.dtype)
+    num_policy = first.policies.shape[1]  # A, or the candidates per search C
+    if spec.sampled:
+        actions = rng.uniform(-1.0, 1.0, size=(batch, K, spec.dims)).astype(np.float32)
+        stored_candidates = np.zeros((batch, K + 1) + first.candidates.shape[1:], np.float32)
+        searched_candidates = np.zeros_like(stored_candidates)
+    else:
+        actions = rng.integers(spec.num_actions, size=(batch, K)).astype(np.int64)
+        stored_candidates = searched_candidates = None
     vp_targets = np.zeros((batch, K), np.float32)
     partial = np.zeros((batch, K + 1), np.float32)
     boot_discount = np.zeros((batch, K + 1), np.float32)
     boot_index = np.full((batch, K + 1), -1, np.int64)
     stored_values = np.zeros((batch, K + 1), np.float32)
-    policies = np.full((batch, K + 1, num_actions), 1.0 / num_actions, np.float32)
+    policies = np.full((batch, K + 1, num_policy), 1.0 / num_policy, np.float32)
     mask_policy = np.zeros((batch, K + 1), np.float32)
     mask_value = np.zeros((batch, K + 1), np.float32)
     mask_vp = np.zeros((batch, K), np.float32)
     mask_consistency = np.zeros((batch, K), np.float32)
     searched_values = np.zeros((batch, K + 1), np.float32)
     value_fresh = np.zeros((batch, K + 1), bool)
-    searched_policies = np.zeros((batch, K + 1, num_actions), np.float32)
+    searched_policies = np.zeros((batch, K + 1, num_policy), np.float32)
     policy_fresh = np.zeros((batch, K + 1), bool)
     powers = discount ** np.arange(int(horizons.max()) + 1)
 
@@ -111,8 +130,12 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
             if pos < moves:
                 mask_policy[b, u] = 1.0
                 policies[b, u] = segment.policies[pos]
+                if spec.sampled:
+                    stored_candidates[b, u] = segment.candidates[pos]
                 if search is not None:
                     searched_policies[b, u], policy_fresh[b, u] = search.policies[pos], True
+                    if spec.sampled:
+                        searched_candidates[b, u] = search.candidates[pos]
             if u < K:
                 if pos < moves:
                     actions[b, u] = segment.actions[pos]
@@ -135,4 +158,4 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
                     searched_values[b, u], value_fresh[b, u] = search.values[pos + horizon], True
     return BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
                         policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
-                        searched_policies, policy_fresh)
+                        searched_policies, policy_fresh, stored_candidates, searched_candidates)

@@ -21,6 +21,7 @@ from ez_robot.errors import ConfigError, TrainingAborted
 from ez_robot.evaluation import evaluate
 from ez_robot.inference import make_inference, search_config
 from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze, reanalyze_search_config
+from ez_robot.policies import ActionSpec
 from ez_robot.replay import ReplayBuffer
 from ez_robot.run_files import RunFiles
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, next_eval_after, priority_beta,
@@ -44,7 +45,7 @@ class _Run:
         # a resumed run starts fresh episodes: other env seeds than the run's first ones
         seed = config.seed + (resume["counters"]["agent_steps"] if resume else 0)
         envs = make_envs(config, seed, num_envs)
-        self.spec = EnvSpec.of(envs[0])
+        self.spec = EnvSpec.of(envs[0], config.env)
         self.learner = make_learner(config, self.spec, dev)
         self.total_train_steps = self.learner.total_train_steps
         self.replay: ReplayBuffer = make_replay(config)
@@ -116,7 +117,7 @@ class _Run:
         """sample -> dynamic horizon -> context -> reanalyze -> SGD step -> new priorities."""
         t = self.config.train
         with self.stopwatch("sample"):
-            ref, context = sample_batch(self.replay, self.config, self.counters.train_steps, self.spec.num_actions,
+            ref, context = sample_batch(self.replay, self.config, self.counters.train_steps, self.spec.action,
                                         self.rng, target_version=self.learner.versions["target"])
         with self.stopwatch("reanalyze"):
             targets = reanalyze(context, ref.segments, self.target_inference, self.search_config, self.rng,
@@ -167,7 +168,7 @@ class _Run:
             self.replay = self.replay_files.load(self.config.replay, state["replay"])
 
 
-def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, num_actions: int,
+def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, action: "ActionSpec | int",
                  rng: np.random.Generator, target_version: int):
     """A prioritized sample and its CPU context (beta annealed, dynamic horizon from each
     move's collection step, the stored search results recent enough for the target
@@ -179,7 +180,7 @@ def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, num_act
         if t.off_policy_correction else np.full(len(collected), t.td_steps)
     searched = search_config(config)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
-                              lstm_horizon=searched.lstm_horizon, num_actions=num_actions, rng=rng,
+                              lstm_horizon=searched.lstm_horizon, num_actions=action, rng=rng,
                               search_from=fresh_from(config, target_version, replay.swept_round))
     return ref, context
 

@@ -101,9 +101,22 @@ def test_unknown_task_names_closest(task, hint):
 
 
 def test_too_many_discrete_actions_says_what_to_lower():
-    with pytest.raises(ValueError, match=r"5\^6 = 15,625 discrete actions.*Lower env.bins"):
-        envs.make("walker_walk")
-    assert envs.make("walker_walk", bins=3).action_space.n == 729
+    with pytest.raises(ValueError, match=r"5\^6 = 15,625 discrete actions.*Lower env.bins.*env.action_mode=gaussian"):
+        envs.make("walker_walk", action_mode="joint")
+    assert envs.make("walker_walk", bins=3).action_space.n == 729  # auto: joint where bins^dims fits
+
+
+def test_continuous_actions_are_a_normalized_box_mapped_onto_the_bounds():
+    env = envs.make("walker_walk")  # auto: 5^6 joint actions do not fit, so gaussian
+    assert env.action_space.shape == (6,) and env.action_space.low.min() == -1 and env.action_space.high.max() == 1
+    np.testing.assert_allclose(env.unwrapped.continuous_action(np.full(6, 1.0)), env.unwrapped.action_high)
+    np.testing.assert_allclose(env.unwrapped.continuous_action(np.zeros(6)),
+                               (env.unwrapped.action_low + env.unwrapped.action_high) / 2)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, _ = env.step(np.zeros(6, np.float32))
+    assert obs.shape == env.observation_space.shape
+    with pytest.raises(ValueError, match="not a finite vector of shape"):
+        env.step(np.full(6, np.nan, np.float32))
 
 
 def test_bad_options():

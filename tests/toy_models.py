@@ -61,6 +61,9 @@ class ToyInference:
     function of each observation's sum, so every row is computed alone, bit for bit."""
 
     def __init__(self, num_actions: int, seed: int = 0):
+        from ez_robot.policies import ActionSpec
+
+        self.action_spec = ActionSpec("joint", num_actions=num_actions)
         self.model = ElementwiseModel(num_actions, seed)
         rng = np.random.default_rng(seed + 1)
         self.scale = rng.normal(0.0, 1.0, self.model.width).astype(np.float32)

@@ -1,0 +1,252 @@
+"""Action modes: what a policy head's outputs mean, and how the search draws candidates.
+
+Three modes (``ActionSpec.mode``):
+
+- ``joint``: one of A discrete actions (Atari, Gymnasium Discrete, DMControl's bins^dims
+  joint discretization of the paper).  The head gives A logits; the search expands every
+  action (pUCT).
+- ``factorized``: D action dimensions, each with ``bins`` evenly spaced values in [-1, 1]
+  (both ends included).  The head gives D x bins logits and the joint policy is their
+  product, so the head grows linearly with D.
+- ``gaussian``: D dimensions in [-1, 1] from a tanh-squashed Gaussian.  The head gives D
+  means and D standard-deviation parameters: mean 5 tanh(mu / 5), std softplus(s + 1) + 0.1
+  (pre-squash), as EfficientZero V2.
+
+The two sampled modes search K candidate actions per expanded node (Gumbel search,
+:mod:`ez_robot._search`): the caller draws them here, keeps the action vectors, and hands
+the tree their prior logits.  Actions are normalized vectors in [-1, 1]^D; the env side
+scales them to the robot's bounds.
+
+Prior over the candidates (Sampled MuZero, Hubert et al. 2021): with candidates drawn from
+a proposal beta, the prior of candidate i is beta_hat(a_i) / beta(a_i) * pi(a_i), beta_hat
+the empirical share of the draws; below the root beta = pi and the prior is beta_hat
+(duplicates are merged, the copies masked with -inf).  At the root some draws come from a
+wider distribution (the Gaussian with ``wide_scale`` x the std; the categoricals at
+temperature ``wide_scale``), so beta is the mixture and the correction matters; it can be
+switched off (``correction=False``: the prior is beta_hat alone, as EfficientZero V2).
+
+numpy only: the onboard runtime samples candidates with this module and never imports
+torch.  The same formulas in torch, for the loss, are in :mod:`ez_robot.networks`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ActionSpec", "MODES", "sample_candidates", "log_prob", "mode_action", "gaussian_params",
+           "bin_values", "MEAN_BOUND", "STD_MIN"]
+
+MODES = ("joint", "factorized", "gaussian")
+MEAN_BOUND = 5.0   # pre-squash means are soft-clamped to +-5 (5 tanh(mu / 5))
+STD_MIN = 0.1      # smallest pre-squash std
+_TANH_EPS = 1e-6   # keeps atanh and the squash Jacobian finite at the bounds
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    """What the agent's actions are.  ``joint``: ``num_actions`` discrete actions; the
+    sampled modes: ``dims`` continuous dimensions (``bins`` values each when factorized)."""
+
+    mode: str = "joint"
+    num_actions: int = 0
+    """joint: A."""
+    dims: int = 0
+    """factorized, gaussian: D."""
+    bins: int = 0
+    """factorized: values per dimension."""
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"action mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.mode == "joint" and self.num_actions < 1:
+            raise ValueError(f"a joint action space needs num_actions >= 1, got {self.num_actions}")
+        if self.mode != "joint" and self.dims < 1:
+            raise ValueError(f"a {self.mode} action space needs dims >= 1, got {self.dims}")
+        if self.mode == "factorized" and self.bins < 2:
+            raise ValueError(f"a factorized action space needs bins >= 2, got {self.bins}")
+
+    @property
+    def sampled(self) -> bool:
+        """The search draws candidates (factorized, gaussian) instead of expanding every action."""
+        return self.mode != "joint"
+
+    @property
+    def policy_size(self) -> int:
+        """Outputs of the policy head."""
+        return {"joint": self.num_actions, "factorized": self.dims * self.bins, "gaussian": 2 * self.dims}[self.mode]
+
+    @property
+    def action_shape(self) -> tuple:
+        """Shape of one action: () for an index, (D,) for a vector."""
+        return () if self.mode == "joint" else (self.dims,)
+
+    @property
+    def action_dtype(self):
+        return np.int64 if self.mode == "joint" else np.float32
+
+    def describe(self) -> str:
+        if self.mode == "joint":
+            return f"joint discrete ({self.num_actions} actions)"
+        if self.mode == "factorized":
+            return f"factorized ({self.dims} dims x {self.bins} bins)"
+        return f"gaussian ({self.dims} dims)"
+
+    def state_dict(self) -> dict:
+        return {"mode": self.mode, "num_actions": self.num_actions, "dims": self.dims, "bins": self.bins}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "ActionSpec":
+        return cls(str(state.get("mode", "joint")), int(state.get("num_actions", 0)), int(state.get("dims", 0)),
+                   int(state.get("bins", 0)))
+
+
+def bin_values(bins: int) -> np.ndarray:
+    """[bins] float32 evenly spaced values in [-1, 1], both ends included."""
+    return np.linspace(-1.0, 1.0, bins).astype(np.float32)
+
+
+def gaussian_params(params: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarray]:
+    """Head outputs [..., 2D] -> (mean, std) of the pre-squash Gaussian, float64."""
+    raw = np.asarray(params, np.float64)
+    mean = MEAN_BOUND * np.tanh(raw[..., :dims] / MEAN_BOUND)
+    std = np.logaddexp(0.0, raw[..., dims:2 * dims] + 1.0) + STD_MIN  # softplus
+    return mean, std
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    top = logits.max(axis=-1, keepdims=True)
+    return logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
+
+
+def _factorized_log_probs(spec: ActionSpec, params: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """[B, D, bins] log-probabilities of each value of each dimension."""
+    logits = np.asarray(params, np.float64).reshape(len(params), spec.dims, spec.bins)
+    return _log_softmax(logits / temperature)
+
+
+def _bin_index(spec: ActionSpec, actions: np.ndarray) -> np.ndarray:
+    """Action vectors [..., D] in [-1, 1] -> nearest bin indices [..., D]."""
+    scaled = (np.asarray(actions, np.float64) + 1.0) * 0.5 * (spec.bins - 1)
+    return np.clip(np.rint(scaled), 0, spec.bins - 1).astype(np.int64)
+
+
+def _gaussian_log_prob(mean, std, pre_squash) -> np.ndarray:
+    """log N(u; mean, std) summed over the last axis (no squash Jacobian)."""
+    z = (pre_squash - mean) / std
+    return (-0.5 * z * z - np.log(std) - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+def log_prob(spec: ActionSpec, params: np.ndarray, actions: np.ndarray) -> np.ndarray:
+    """log pi(a) of actions [B, K, D] under the policies [B, P]: [B, K] float64.
+    Gaussian: the density of the squashed action (Jacobian of tanh included)."""
+    actions = np.asarray(actions, np.float64)
+    if spec.mode == "factorized":
+        logp = _factorized_log_probs(spec, params)  # [B, D, bins]
+        index = _bin_index(spec, actions)           # [B, K, D]
+        rows = np.arange(len(params))[:, None, None]
+        return logp[rows, np.arange(spec.dims)[None, None, :], index].sum(-1)
+    if spec.mode == "gaussian":
+        mean, std = gaussian_params(params, spec.dims)
+        squashed = np.clip(actions, -1 + _TANH_EPS, 1 - _TANH_EPS)
+        pre = np.arctanh(squashed)
+        return _gaussian_log_prob(mean[:, None], std[:, None], pre) - np.log(1 - squashed ** 2).sum(-1)
+    raise ValueError("log_prob is for the sampled action modes")
+
+
+def mode_action(spec: ActionSpec, params: np.ndarray) -> np.ndarray:
+    """The most likely action of each policy (per dimension): [B, D] float32."""
+    if spec.mode == "factorized":
+        logits = np.asarray(params, np.float64).reshape(len(params), spec.dims, spec.bins)
+        return bin_values(spec.bins)[logits.argmax(-1)]
+    if spec.mode == "gaussian":
+        mean, _ = gaussian_params(params, spec.dims)
+        return np.tanh(mean).astype(np.float32)
+    raise ValueError("mode_action is for the sampled action modes")
+
+
+def _draw(spec: ActionSpec, params: np.ndarray, count: int, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """[B, count, D] float64 draws from the policy (scale 1) or its widened version."""
+    batch = len(params)
+    if count == 0:
+        return np.zeros((batch, 0, spec.dims))
+    if spec.mode == "factorized":
+        logp = _factorized_log_probs(spec, params, temperature=scale)
+        cumulative = np.cumsum(np.exp(logp), axis=-1)  # [B, D, bins]
+        cumulative /= cumulative[..., -1:]
+        # inverse CDF for all B x D categoricals in one searchsorted: row r's CDF is
+        # shifted by 2r, so the rows sit one after another in one increasing array
+        rows = 2.0 * np.arange(batch * spec.dims).reshape(batch, 1, spec.dims)
+        u = rng.random((batch, count, spec.dims)) + rows
+        position = np.searchsorted((cumulative.reshape(batch * spec.dims, spec.bins)
+                                    + rows.reshape(-1, 1)).ravel(), u.ravel(), side="right")
+        index = position.reshape(batch, count, spec.dims) - (rows / 2).astype(np.int64) * spec.bins
+        return bin_values(spec.bins).astype(np.float64)[np.minimum(index, spec.bins - 1)]
+    mean, std = gaussian_params(params, spec.dims)
+    pre = mean[:, None] + scale * std[:, None] * rng.standard_normal((batch, count, spec.dims))
+    return np.tanh(pre)
+
+
+def _proposal_log_prob(spec, params, actions, policy_share: float, scale: float) -> np.ndarray:
+    """log beta(a) of the mixture proposal: ``policy_share`` from pi, the rest widened."""
+    logp = log_prob(spec, params, actions)
+    if policy_share >= 1.0:
+        return logp
+    if spec.mode == "factorized":
+        wide_logp = _factorized_log_probs(spec, params, temperature=scale)
+        index = _bin_index(spec, actions)
+        rows = np.arange(len(params))[:, None, None]
+        wide = wide_logp[rows, np.arange(spec.dims)[None, None, :], index].sum(-1)
+    else:
+        mean, std = gaussian_params(params, spec.dims)
+        squashed = np.clip(np.asarray(actions, np.float64), -1 + _TANH_EPS, 1 - _TANH_EPS)
+        wide = _gaussian_log_prob(mean[:, None], scale * std[:, None], np.arctanh(squashed)) \
+            - np.log(1 - squashed ** 2).sum(-1)
+    if policy_share <= 0.0:
+        return wide
+    return np.logaddexp(math.log(policy_share) + logp, math.log(1.0 - policy_share) + wide)
+
+
+def _merge_duplicates(actions: np.ndarray) -> np.ndarray:
+    """[B, K] counts of each candidate's action among the row's candidates at its first
+    occurrence, 0 at later copies."""
+    batch, count, dims = actions.shape
+    # exact row equality through a random projection: bin values repeat exactly
+    weights = np.random.default_rng(0x5EED).standard_normal(dims)
+    keys = actions @ weights  # [B, K]
+    equal = (keys[:, :, None] == keys[:, None, :])
+    first = ~np.tril(equal, k=-1).any(-1)  # no earlier copy
+    return np.where(first, equal.sum(-1), 0)
+
+
+def sample_candidates(spec: ActionSpec, params: np.ndarray, count: int, rng: np.random.Generator, *,
+                      root: bool, policy_samples: int | None = None, wide_scale: float = 3.0,
+                      correction: bool = True, include_mode: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Draws ``count`` candidate actions per policy and their prior logits for the tree.
+
+    ``params`` [B, P] are policy-head outputs.  At the root ``policy_samples`` of the draws
+    come from the policy and the rest from its widened version (``wide_scale``); below the
+    root all come from the policy.  ``include_mode`` replaces the first draw with the most
+    likely action (greedy evaluation).  Returns (actions [B, K, D] float32, logits [B, K]
+    float32): log(beta_hat / beta * pi) of each candidate (with ``correction``; else log
+    beta_hat), -inf at the later copies of a duplicate (factorized)."""
+    if not spec.sampled:
+        raise ValueError("sample_candidates is for the sampled action modes")
+    params = np.asarray(params)
+    if params.ndim != 2 or params.shape[1] != spec.policy_size:
+        raise ValueError(f"policy parameters must have shape [B, {spec.policy_size}] for {spec.describe()}, "
+                         f"got {params.shape}")
+    own = count if not root or policy_samples is None else min(max(policy_samples, 0), count)
+    actions = np.concatenate([_draw(spec, params, own, 1.0, rng),
+                              _draw(spec, params, count - own, wide_scale, rng)], axis=1)
+    if include_mode:
+        actions[:, 0] = mode_action(spec, params)
+    counts = _merge_duplicates(actions) if spec.mode == "factorized" else np.ones(actions.shape[:2], np.int64)
+    with np.errstate(divide="ignore"):
+        logits = np.log(counts / count)
+    if correction and own < count:
+        logits = logits + log_prob(spec, params, actions) - _proposal_log_prob(
+            spec, params, actions, own / count, wide_scale)
+        logits = np.where(counts > 0, logits, -np.inf)
+    return actions.astype(np.float32), logits.astype(np.float32)

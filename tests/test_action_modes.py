@@ -1,0 +1,219 @@
+"""The sampled action modes (factorized, gaussian): candidate draws and their priors, the
+search over them, the config that picks a mode, and short runs of a 6-joint task through
+both trainers."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ez_robot import search
+from ez_robot._search import SearchConfig
+from ez_robot.config import ConfigError, load_config, resolved_action_mode
+from ez_robot.networks import make_network, policy_entropy, policy_log_prob
+from ez_robot.policies import ActionSpec, bin_values, log_prob, mode_action, sample_candidates
+
+GAUSSIAN = ActionSpec("gaussian", dims=3)
+FACTORIZED = ActionSpec("factorized", dims=3, bins=5)
+
+
+def policy_params(spec, batch, seed=0):
+    return np.random.default_rng(seed).normal(0.0, 1.0, (batch, spec.policy_size)).astype(np.float32)
+
+
+# --- candidates -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", [GAUSSIAN, FACTORIZED], ids=["gaussian", "factorized"])
+@pytest.mark.parametrize("root", [True, False])
+def test_candidates_are_actions_in_bounds_with_finite_priors_at_first_copies(spec, root):
+    params = policy_params(spec, 7)
+    actions, logits = sample_candidates(spec, params, 16, np.random.default_rng(1), root=root, policy_samples=4)
+    assert actions.shape == (7, 16, 3) and actions.dtype == np.float32 and logits.shape == (7, 16)
+    assert np.all(np.abs(actions) <= 1.0)
+    if spec.mode == "factorized":
+        assert np.isin(actions, bin_values(5)).all()
+        for row_actions, row_logits in zip(actions, logits):  # one finite prior per distinct action
+            distinct = {tuple(a) for a in row_actions}
+            assert np.isfinite(row_logits).sum() == len(distinct)
+    else:
+        assert np.isfinite(logits).all()
+
+
+def test_below_the_root_the_prior_is_the_share_of_the_draws():
+    params = policy_params(FACTORIZED, 4)
+    _, logits = sample_candidates(FACTORIZED, params, 16, np.random.default_rng(2), root=False)
+    np.testing.assert_allclose(np.exp(logits.astype(np.float64)).sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_the_corrected_root_prior_estimates_the_policy_not_the_wider_proposal():
+    """Sampled MuZero: beta_hat / beta * pi -> pi as the draws grow, though 3/4 of them
+    come from the widened proposal; without the correction the prior is the proposal's."""
+    spec = ActionSpec("factorized", dims=1, bins=5)
+    params = np.array([[2.0, 1.0, 0.0, -1.0, -2.0]], np.float32)
+    pi = np.exp(params[0] - params[0].max())
+    pi /= pi.sum()
+    count = 20_000
+
+    def prior(correction):
+        actions, logits = sample_candidates(spec, params, count, np.random.default_rng(3), root=True,
+                                            policy_samples=count // 4, wide_scale=3.0, correction=correction)
+        first = np.isfinite(logits[0])
+        mass = dict(zip(actions[0, first, 0].round(3), np.exp(logits[0, first].astype(np.float64))))
+        return np.array([mass.get(round(float(v), 3), 0.0) for v in bin_values(5)])
+
+    corrected, uncorrected = prior(True), prior(False)
+    np.testing.assert_allclose(corrected / corrected.sum(), pi, atol=0.02)
+    assert abs(uncorrected[0] - pi[0]) > 0.1  # the uncorrected prior is far flatter
+
+
+def test_the_greedy_root_includes_the_most_likely_action():
+    for spec in (GAUSSIAN, FACTORIZED):
+        params = policy_params(spec, 5)
+        actions, _ = sample_candidates(spec, params, 8, np.random.default_rng(4), root=True, policy_samples=2,
+                                       include_mode=True)
+        np.testing.assert_array_equal(actions[:, 0], mode_action(spec, params))
+
+
+@pytest.mark.parametrize("spec", [GAUSSIAN, FACTORIZED], ids=["gaussian", "factorized"])
+def test_numpy_and_torch_densities_agree(spec):
+    """The runtime samples with numpy, the learner's loss uses torch: one density."""
+    params = policy_params(spec, 6)
+    actions, _ = sample_candidates(spec, params, 10, np.random.default_rng(5), root=False)
+    ours = log_prob(spec, params, actions)
+    theirs = policy_log_prob(spec, torch.as_tensor(params), torch.as_tensor(actions)).double().numpy()
+    np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-4)
+    if spec.mode == "factorized":  # exact entropy: -sum p log p of each dimension
+        logits = params.reshape(6, 3, 5).astype(np.float64)
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        expected = -(p * np.log(p)).sum((-1, -2))
+        np.testing.assert_allclose(policy_entropy(spec, torch.as_tensor(params)).double().numpy(), expected,
+                                   rtol=1e-5)
+
+
+def test_wrong_policy_shapes_are_named():
+    with pytest.raises(ValueError, match=r"must have shape \[B, 6\] for gaussian \(3 dims\)"):
+        sample_candidates(GAUSSIAN, np.zeros((2, 5)), 4, np.random.default_rng(0), root=False)
+    with pytest.raises(ValueError, match="needs dims >= 1"):
+        ActionSpec("gaussian")
+
+
+# --- the search --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gaussian_net():
+    config = load_config("walker_walk", overrides=["model.latent_dim=16", "model.mlp_hidden=32",
+                                                   "model.head_hidden=16", "model.lstm_hidden=16",
+                                                   "model.projection_hidden=16", "model.projection_out=16",
+                                                   "model.support_size=10"])
+    torch.manual_seed(0)
+    net = make_network((24,), ActionSpec("gaussian", dims=6), config.model)
+    with torch.no_grad():
+        for parameter in net.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.2)
+    return net.eval()
+
+
+@pytest.mark.parametrize("noise", [True, False], ids=["training", "greedy"])
+def test_sampled_search_returns_one_of_its_candidates_and_an_improved_policy(gaussian_net, noise):
+    from ez_robot.inference import TorchInference
+
+    inference = TorchInference(gaussian_net, "cpu")
+    obs = np.random.default_rng(6).standard_normal((5, 24)).astype(np.float32)
+    config = SearchConfig(num_simulations=24, num_candidates=8, add_noise=noise, discount=0.99)
+    out = search(inference.root(obs), inference.recurrent_fn, config, np.random.default_rng(7),
+                 action_spec=gaussian_net.action_spec)
+    assert out.candidates.shape == (5, 8, 6) and out.actions.shape == (5, 6)
+    assert all(any(np.array_equal(a, c) for c in cs) for a, cs in zip(out.actions, out.candidates))
+    np.testing.assert_allclose(out.policy.sum(axis=1), 1.0, rtol=1e-5)
+    assert (out.visit_counts.sum(axis=1) == 24).all() and (out.simulations == 24).all()
+    assert np.isfinite(out.root_q_values).all()
+    again = search(inference.root(obs), inference.recurrent_fn, config, np.random.default_rng(7),
+                   action_spec=gaussian_net.action_spec)
+    np.testing.assert_array_equal(again.actions, out.actions)  # pure: same rng, same result
+
+
+# --- config ------------------------------------------------------------------------------------
+
+def test_auto_picks_joint_where_the_bins_fit_and_gaussian_beyond():
+    assert load_config("cartpole_swingup").env.action_mode == "joint"
+    walker = load_config("walker_walk")
+    assert walker.env.action_mode == "gaussian" and walker.search.num_simulations == 32  # the preset's mode
+    assert load_config("walker_walk", overrides=["env.action_mode=factorized"]).env.action_mode == "factorized"
+    assert load_config("cartpole_swingup", overrides=["env.action_mode=gaussian"]).search.num_simulations == 32
+    assert load_config("cartpole_swingup").search.num_simulations == 50
+
+
+def test_a_discrete_task_refuses_a_sampled_mode():
+    with pytest.raises(ConfigError, match="gym:CartPole-v1 has discrete actions: env.action_mode must be joint"):
+        load_config("gym:CartPole-v1", overrides=["env.action_mode=gaussian"])
+    with pytest.raises(ConfigError, match="env.action_mode"):
+        load_config("walker_walk", overrides=["env.action_mode=sideways"])
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+TINY = ["replay.min_replay_size=60", "train.batch_size=8", "search.num_simulations=4", "search.num_candidates=4",
+        "train.train_steps_per_agent_step=0.25", "train.eval_episodes=1", "model.latent_dim=16",
+        "model.mlp_hidden=32", "model.head_hidden=16", "model.lstm_hidden=16", "model.projection_hidden=16",
+        "model.projection_out=16", "model.support_size=10"]
+
+
+@pytest.mark.parametrize("mode,trainer", [("gaussian", "ray"), ("factorized", "single")])
+def test_a_six_joint_task_trains(tmp_path, mode, trainer):
+    """walker_walk (6 dims) end to end: self-play, reanalyze, training, eval and the
+    checkpoint.  Each mode through one trainer (both pairs would double the suite's
+    longest test; the trainers share every component the mode touches)."""
+    from ez_robot import ray_trainer, trainer as single_trainer
+    from ez_robot.evaluation import load_run
+
+    config = load_config("walker_walk", budget="240", seed=1,
+                         overrides=TINY + [f"env.action_mode={mode}", "env.factorized_bins=5"])
+    if trainer == "single":
+        summary = single_trainer.train(config, tmp_path, device="cpu", progress=False, checkpoint_interval=20,
+                                       eval_interval=1000)  # one evaluation, at the end
+    else:
+        import ray
+        from ez_robot.ray_cluster import init_ray
+
+        init_ray(num_cpus=2)
+        try:
+            summary = ray_trainer.train(config, tmp_path, workers=1, reanalyze_workers=1, device="cpu",
+                                        progress=False, checkpoint_interval=20, eval_interval=1000)
+        finally:
+            ray.shutdown()
+    assert summary["agent_steps"] == 120 and summary["train_steps"] == 30
+    run = load_run(tmp_path)
+    assert run.net.action_spec == ActionSpec(mode, dims=6, bins=5 if mode == "factorized" else 0)
+    assert all(torch.isfinite(p).all() for p in run.net.parameters())
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert any(r["kind"] == "eval" and math.isfinite(r["mean"]) for r in records)
+    # the replay keeps each move's candidates, the improved policy over them and the vector taken
+    segment = np.load(sorted((tmp_path / "checkpoints" / "replay").glob("segment-*.npz"))[0])
+    assert segment["candidates"].shape[1:] == (4, 6) and segment["actions"].shape[1:] == (6,)
+    assert segment["policies"].shape[1:] == (4,)
+
+
+def test_on_a_bandit_the_search_picks_the_best_candidate():
+    """One rewarded step, -|a - target|^2, then nothing: with enough simulations every candidate is tried
+    and the greedy search acts on the one closest to the target."""
+    spec = ActionSpec("gaussian", dims=2)
+    target = np.array([0.5, -0.3], np.float32)
+    batch = 6
+
+    def recurrent_fn(depth, actions, reset_mask):  # the hidden state counts the steps taken
+        first = depth[:, 0] == 0
+        reward = np.where(first, -((np.asarray(actions) - target) ** 2).sum(axis=1), 0.0).astype(np.float32)
+        return depth + 1, reward, np.zeros(len(actions), np.float32), np.zeros((len(actions), 4), np.float32)
+
+    from ez_robot._search import RootOutput
+
+    root = RootOutput(hidden=np.zeros((batch, 1), np.float32), value_prefix=np.zeros(batch, np.float32),
+                      value=np.zeros(batch, np.float32), policy_logits=np.zeros((batch, 4), np.float32))
+    config = SearchConfig(num_simulations=64, num_candidates=8, add_noise=False, discount=0.99, lstm_horizon=1)
+    out = search(root, recurrent_fn, config, np.random.default_rng(8), action_spec=spec)
+    distance = ((out.candidates - target) ** 2).sum(axis=2)
+    np.testing.assert_array_equal(out.actions, out.candidates[np.arange(batch), distance.argmin(axis=1)])
+    assert len({tuple(a) for a in out.candidates[:, 1].round(5)}) == batch  # rows drew their own candidates
+    assert len({tuple(a) for a in out.actions.round(5)}) > 1  # and the best is not always the mode
