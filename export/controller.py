@@ -50,8 +50,8 @@ class LoopReport:
 
 def run_at_rate(policy: Policy, env, *, rate_hz: float, episodes: int = 1, seed: int = 0, margin_ms: float = 1.0,
                 on_step=None) -> LoopReport:
-    """Plays ``episodes`` episodes of ``env`` (an ez-robot task env, which takes discrete
-    action indices) deciding at ``rate_hz``; ``on_step(episode, env)`` runs after each
+    """Plays ``episodes`` episodes of ``env`` (an ez-robot task env: it takes discrete
+    action indices, or vectors in [-1, 1]^D in the sampled action modes) deciding at ``rate_hz``; ``on_step(episode, env)`` runs after each
     reset and step (a video recorder, say) and counts as environment time."""
     if not rate_hz > 0:
         raise ConfigError(f"the control rate must be > 0 Hz, got {rate_hz}")
@@ -70,7 +70,7 @@ def run_at_rate(policy: Policy, env, *, rate_hz: float, episodes: int = 1, seed:
             report.decision_ms.append(decision.elapsed_ms)
             report.simulations.append(int(decision.simulations[0]))
             stepped = time.perf_counter()
-            obs, reward, terminated, truncated, _ = env.step(int(decision.indices[0]))
+            obs, reward, terminated, truncated, _ = env.step(decision.agent_actions[0])
             if on_step is not None:
                 on_step(episode, env)
             env_seconds = 0.8 * env_seconds + 0.2 * (time.perf_counter() - stepped)

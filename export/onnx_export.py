@@ -3,9 +3,11 @@
 Two graphs, both with a dynamic batch axis and opset :data:`OPSET`:
 
 - ``initial.onnx``: observation [B, *obs] (raw: uint8 pixels or float32 states; the
-  scaling is inside the graph) -> hidden, value [B], policy_logits [B, A];
-- ``recurrent.onnx``: hidden, lstm_h, lstm_c [B, lstm_hidden], action [B] int64,
-  reset [B] float32 (1 = restart the value-prefix LSTM before this step) -> next_hidden,
+  scaling is inside the graph) -> hidden, value [B], policy_logits [B, P] (P: A logits in
+  joint mode, the sampled modes' policy parameters otherwise, see
+  :class:`ez_robot.policies.ActionSpec`);
+- ``recurrent.onnx``: hidden, lstm_h, lstm_c [B, lstm_hidden], action [B] int64 (joint
+  mode) or [B, D] float32 in [-1, 1] (the sampled modes), reset [B] float32 (1 = restart the value-prefix LSTM before this step) -> next_hidden,
   next_h, next_c, value_prefix [B], value [B], policy_logits [B, A].
 
 Supports become scalars inside the graphs, so the runtime needs no torch and no value
@@ -41,7 +43,10 @@ ATOL, RTOL = 1e-4, 1e-4
 output (values, value prefixes, logits, hidden and LSTM states): float32 kernels sum in
 a different order than torch's, so errors scale with the output's magnitude, not with
 each element's."""
-
+ACTION_ATOL = 1e-3
+"""The sampled modes: the runtime's action vector matches torch's when every dimension is
+within this (in [-1, 1] units); candidates are drawn from the networks' outputs, so the
+outputs' float differences move them slightly."""
 
 
 class _Initial(nn.Module):
@@ -96,7 +101,10 @@ def export_network(net, directory: Path, check: bool = True) -> list[Path]:
     observation = torch.zeros((batch, *net.obs_shape), dtype=torch.uint8 if net.pixels else torch.float32)
     hidden = torch.zeros((batch, *net.hidden_shape))
     h, c = net.initial_lstm_state(batch)
-    action, reset = torch.zeros(batch, dtype=torch.long), torch.zeros(batch)
+    spec = net.action_spec
+    # an index per row (joint), or an action vector in [-1, 1]^D (the sampled modes)
+    action = torch.zeros((batch, spec.dims)) if spec.sampled else torch.zeros(batch, dtype=torch.long)
+    reset = torch.zeros(batch)
     graphs = [
         # .eval(): the exporter restores each wrapper's mode afterwards, and a wrapper
         # built in train mode would leave ``net`` training (BatchNorm on batch statistics).
@@ -138,7 +146,9 @@ def validate(net, policy: Policy, observations: np.ndarray, search_config, seed:
         # A used LSTM state (not only zeros), random actions and a mix of reset rows.
         h = rng.standard_normal((batch, net.lstm_hidden)).astype(np.float32)
         c = rng.standard_normal((batch, net.lstm_hidden)).astype(np.float32)
-        action = rng.integers(0, net.num_actions, batch)
+        spec = net.action_spec
+        action = rng.uniform(-1, 1, (batch, spec.dims)).astype(np.float32) if spec.sampled else \
+            rng.integers(0, spec.num_actions, batch)
         reset = (rng.random(batch) < 0.5).astype(np.float32)
         keep = torch.as_tensor(1 - reset)[:, None]
         lstm = (torch.as_tensor(h) * keep, torch.as_tensor(c) * keep)
@@ -158,12 +168,20 @@ def validate(net, policy: Policy, observations: np.ndarray, search_config, seed:
 
     inference = TorchInference(net, "cpu")
     greedy = search_config.replace(add_noise=False, temperature=0.0)
-    torch_actions = search(inference.root(observations), inference.recurrent_fn, greedy, rng).actions
-    runtime_actions = policy.search(observations, num_simulations=greedy.num_simulations).actions
+    spec = net.action_spec
+    # Same seed on both sides: the sampled modes draw the same candidates (up to the
+    # networks' float differences), joint mode draws nothing in a greedy search.
+    torch_actions = search(inference.root(observations), inference.recurrent_fn, greedy, np.random.default_rng(seed),
+                           action_spec=spec).actions
+    runtime_actions = policy.search(observations, num_simulations=greedy.num_simulations,
+                                    rng=np.random.default_rng(seed)).actions
+    if spec.sampled:  # vectors: equal within ACTION_ATOL per dimension
+        same = np.all(np.abs(torch_actions - runtime_actions) <= ACTION_ATOL, axis=1)
+    else:
+        same = torch_actions == runtime_actions
     return {"observations": batch, "max_abs_diff": diffs, "atol": ATOL, "rtol": RTOL,
             "within_tolerance": excess <= 0, "num_simulations": greedy.num_simulations,
-            "actions_equal": int((torch_actions == runtime_actions).sum()),
-            "mismatched": np.flatnonzero(torch_actions != runtime_actions).tolist()}
+            "actions_equal": int(same.sum()), "mismatched": np.flatnonzero(~same).tolist()}
 
 
 def _record_observations(env, net, search_config, count: int, seed: int) -> np.ndarray:
@@ -178,7 +196,8 @@ def _record_observations(env, net, search_config, count: int, seed: int) -> np.n
     recorded = []
     while len(recorded) < count:
         recorded.append(obs)
-        obs, _, terminated, truncated, _ = env.step(int(run_search(inference, obs[None], config, rng).actions[0]))
+        action = run_search(inference, obs[None], config, rng).actions[0]
+        obs, _, terminated, truncated, _ = env.step(action if net.action_spec.sampled else int(action))
         if terminated or truncated:
             obs, _ = env.reset()
     return np.stack(recorded)
@@ -190,16 +209,26 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _action_spec(env, num_actions: int) -> dict:
-    num_actions = int(num_actions)
+def _action_spec(env, spec) -> dict:
+    """The manifest's ``action``: the mode (``spec``, an ActionSpec) and what the robot gets."""
     base = env.unwrapped
-    if hasattr(base, "action_table"):  # DMControl: a discrete index stands for a vector
+    if spec.sampled:  # the search gives vectors in [-1, 1]^D, mapped linearly onto the bounds
+        low = getattr(base, "action_low", None)
+        high = getattr(base, "action_high", None)
+        if low is None:
+            low, high = env.action_space.low, env.action_space.high
+        # num_actions: the policy head's outputs (there is no finite action set)
+        return {"kind": "continuous", "mode": spec.mode, "spec": spec.state_dict(), "num_actions": spec.policy_size,
+                "dims": spec.dims, "low": np.asarray(low, np.float64).tolist(),
+                "high": np.asarray(high, np.float64).tolist()}
+    num_actions = int(spec.num_actions)
+    if getattr(base, "action_table", None) is not None:  # DMControl: a discrete index stands for a vector
         low, high = base.action_low, base.action_high
         return {"kind": "continuous", "num_actions": num_actions, "dims": len(low), "bins_per_dim": int(base.bins),
                 "low": low.tolist(), "high": high.tolist(),
                 "values_per_dim": np.linspace(low, high, base.bins, axis=1).tolist(),
-                "table": base.action_table.tolist()}
-    return {"kind": "discrete", "num_actions": num_actions}
+                "table": base.action_table.tolist(), "mode": "joint", "spec": spec.state_dict()}
+    return {"kind": "discrete", "num_actions": num_actions, "mode": "joint", "spec": spec.state_dict()}
 
 
 def _control_period(env, config) -> float | None:
@@ -246,10 +275,13 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
     search_config = run_search_config(config)
     env = make_from_config(config.env, seed=seed, mode="eval")
     space = env.observation_space
-    if tuple(space.shape) != tuple(net.obs_shape) or env.action_space.n != net.num_actions:
+    spec = net.action_spec
+    env_actions = env.action_space.shape[0] if spec.sampled else getattr(env.action_space, "n", None)
+    net_actions = spec.dims if spec.sampled else spec.num_actions
+    if tuple(space.shape) != tuple(net.obs_shape) or env_actions != net_actions:
         env.close()
-        raise ExportError(f"the network takes observations {tuple(net.obs_shape)} and has {net.num_actions} actions, "
-                          f"but {config.env.task} gives {tuple(space.shape)} and {env.action_space.n}")
+        raise ExportError(f"the network takes observations {tuple(net.obs_shape)} and has {spec.describe()} actions, "
+                          f"but {config.env.task} gives observations {tuple(space.shape)} and {env.action_space}")
     staging = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -262,7 +294,7 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
             "observation": {"shape": list(space.shape), "dtype": str(space.dtype),
                             "kind": "pixels" if net.pixels else "state"},
             "hidden": {"shape": [int(n) for n in net.hidden_shape], "lstm_hidden": int(net.lstm_hidden)},
-            "action": _action_spec(env, net.num_actions),
+            "action": _action_spec(env, spec),
             "action_repeat": config.env.action_repeat, "control_period_s": _control_period(env, config),
             "support_size": int(net.support_size), "value_prefix": bool(net.value_prefix),
             "search": {name: getattr(search_config, name) for name in search_config.__dataclass_fields__},

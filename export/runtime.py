@@ -5,13 +5,15 @@ It imports numpy, onnxruntime, the standard library and the compiled tree, never
 so the robot computer needs neither torch nor the training code::
 
     policy = Policy.load("runs/cartpole/bundle")          # preset="latency" by default
-    action = policy.act(obs)                  # DMC: the continuous action vector; else an index
+    action = policy.act(obs)                  # a vector within the task's bounds, or an index
     actions = policy.act_batch(observations)  # [B, ...] observations from B robots or envs
     action = policy.act(obs, deadline_ms=8)   # anytime: stop searching after 8 ms
     policy.last.simulations                   # [B] how many simulations ran
 
 The search is greedy (no root noise, temperature 0): the action the trained agent
-takes in evaluation.  A bundle is a directory with ``initial.onnx``, ``recurrent.onnx``
+takes in evaluation.  In the sampled action modes (factorized, gaussian) the search still
+draws its candidate actions; they come from the policy's own generator, seeded at load
+(``seed=0``), so a policy loaded twice decides the same on the same observations.  A bundle is a directory with ``initial.onnx``, ``recurrent.onnx``
 and ``manifest.json`` (written by ``ez-robot export``); loading checks the format
 version and each file's sha256 before onnxruntime sees it.
 """
@@ -29,11 +31,15 @@ import onnxruntime as ort
 
 from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search
 from ez_robot.errors import BundleError, ConfigError, ObservationError
+from ez_robot.policies import ActionSpec
 
 __all__ = ["Policy", "Decision", "BundleError", "ObservationError", "BUNDLE_FORMAT", "MANIFEST", "PRESETS"]
 
-BUNDLE_FORMAT = ("ez-robot-bundle", 1)
-"""(name, version) written into every manifest; this runtime reads exactly this version."""
+BUNDLE_FORMAT = ("ez-robot-bundle", 2)
+"""(name, version) written into every manifest.  Version 2 added the action mode
+(``action.mode``, ``action.spec``, ``action.policy_size``); this runtime also reads
+version 1 bundles, which are all joint mode."""
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 PRESETS = ("latency", "throughput")
 _GRAPHS = {
@@ -49,9 +55,11 @@ class Decision:
     """One call's decisions for B observations."""
 
     actions: np.ndarray
-    """[B, d] float64 continuous actions (DMControl) or [B] int64 discrete actions."""
+    """[B, d] float64 actions within the task's bounds (DMControl, the sampled modes) or [B]
+    int64 discrete actions."""
     indices: np.ndarray
-    """[B] int64 discrete action indices the search chose (rows of the action table)."""
+    """[B] int64: joint mode, the discrete action indices the search chose (rows of the
+    action table); the sampled modes, the chosen candidate's index among the root's."""
     simulations: np.ndarray
     """[B] int32 simulations that ran (fewer than asked when the deadline came first)."""
     root_values: np.ndarray
@@ -60,6 +68,9 @@ class Decision:
     """Wall time of the call: initial inference plus search."""
     search: SearchOutput
     """The full search output (visit counts, Q values, depths)."""
+    agent_actions: np.ndarray | None = None
+    """[B] indices (joint) or [B, D] float32 vectors in [-1, 1] (the sampled modes): the
+    actions as an ez-robot task env takes them (what ``ez-robot run`` steps with)."""
 
 
 def session_options(preset: str = "latency", threads: int | None = None) -> ort.SessionOptions:
@@ -89,8 +100,11 @@ class Networks:
     Hidden states in the search are the tuple ``(latent, lstm_h, lstm_c)``.
     """
 
-    def __init__(self, initial: ort.InferenceSession, recurrent: ort.InferenceSession, lstm_hidden: int):
+    def __init__(self, initial: ort.InferenceSession, recurrent: ort.InferenceSession, lstm_hidden: int,
+                 action_spec: ActionSpec | None = None):
         self._initial, self._recurrent, self._lstm_hidden = initial, recurrent, lstm_hidden
+        self.action_spec = action_spec
+        self._action_dtype = np.float32 if action_spec is not None and action_spec.sampled else np.int64
 
     def initial(self, observations: np.ndarray) -> list[np.ndarray]:
         """observations [B, *obs] -> hidden, value [B], policy_logits [B, A]."""
@@ -112,7 +126,7 @@ class Networks:
     def recurrent_fn(self, hidden, actions: np.ndarray, reset_mask: np.ndarray):
         latent, h, c = hidden
         next_hidden, next_h, next_c, value_prefix, value, logits = self.recurrent(
-            latent, h, c, actions.astype(np.int64), reset_mask.astype(np.float32))
+            latent, h, c, actions.astype(self._action_dtype), reset_mask.astype(np.float32))
         return (next_hidden, next_h, next_c), value_prefix, value, logits
 
 
@@ -120,16 +134,21 @@ class Policy:
     """A loaded bundle: observations in, actions out, by greedy search on onnxruntime."""
 
     def __init__(self, manifest: dict, networks: Networks, *, num_simulations: int | None = None,
-                 deadline_ms: float | None = None, bundle: Path | None = None):
+                 deadline_ms: float | None = None, bundle: Path | None = None, seed: int = 0):
         self.manifest = manifest
         self.networks = networks
         self.bundle = bundle
         self.observation_shape = tuple(manifest["observation"]["shape"])
         self.observation_dtype = np.dtype(manifest["observation"]["dtype"])
         action = manifest["action"]
+        self.action_spec = action_spec(manifest)
+        """The action mode (:class:`ez_robot.policies.ActionSpec`); joint for version 1 bundles."""
         self.num_actions = int(action["num_actions"])
         self.continuous = action["kind"] == "continuous"
-        self.action_table = np.asarray(action["table"], np.float64) if self.continuous else None
+        self.action_table = np.asarray(action["table"], np.float64) \
+            if self.continuous and not self.action_spec.sampled else None
+        self.action_low = np.asarray(action["low"], np.float64) if self.continuous else None
+        self.action_high = np.asarray(action["high"], np.float64) if self.continuous else None
         self._search_config = SearchConfig(**manifest["search"]).replace(add_noise=False, temperature=0.0)
         if num_simulations is not None:
             try:
@@ -142,7 +161,7 @@ class Policy:
         """Default time limit of a decision, or None for none."""
         self.last: Decision | None = None
         """The latest call's :class:`Decision` (simulations run, root values, timing)."""
-        self._rng = np.random.default_rng(0)  # greedy search draws nothing; search() wants one
+        self._rng = np.random.default_rng(seed)  # the sampled modes' candidate draws
 
     @property
     def task(self) -> str:
@@ -155,8 +174,9 @@ class Policy:
 
     @classmethod
     def load(cls, bundle: str | Path, *, preset: str = "latency", threads: int | None = None,
-             num_simulations: int | None = None, deadline_ms: float | None = None) -> "Policy":
-        """Loads and checks a bundle directory (see :func:`session_options` for presets)."""
+             num_simulations: int | None = None, deadline_ms: float | None = None, seed: int = 0) -> "Policy":
+        """Loads and checks a bundle directory (see :func:`session_options` for presets);
+        ``seed`` seeds the candidate draws of the sampled action modes."""
         bundle = Path(bundle)
         manifest = read_manifest(bundle)
         options = session_options(preset, threads)
@@ -173,14 +193,16 @@ class Policy:
             sessions[name] = session
         _check_graphs(bundle, manifest, sessions)
         networks = Networks(sessions["initial.onnx"], sessions["recurrent.onnx"],
-                            int(manifest["hidden"]["lstm_hidden"]))
-        return cls(manifest, networks, num_simulations=num_simulations, deadline_ms=deadline_ms, bundle=bundle)
+                            int(manifest["hidden"]["lstm_hidden"]), action_spec(manifest))
+        return cls(manifest, networks, num_simulations=num_simulations, deadline_ms=deadline_ms, bundle=bundle,
+                   seed=seed)
 
     # --- deciding ---
 
     def act(self, observation: np.ndarray, *, num_simulations: int | None = None,
             deadline_ms: float | None = None):
-        """One observation -> its action: a float64 vector [d] (DMControl) or an int."""
+        """One observation -> its action: a float64 vector [d] within the task's bounds
+        (DMControl, the sampled modes) or an int."""
         observation = np.asarray(observation)
         if observation.shape != self.observation_shape:
             raise ObservationError(f"observation has shape {observation.shape}, this policy takes "
@@ -200,22 +222,29 @@ class Policy:
         deadline_ms = self.deadline_ms if deadline_ms is None else deadline_ms
         deadline = None if deadline_ms is None else start + deadline_ms / 1000.0
         out = self.search(observations, num_simulations=num_simulations, deadline=deadline)
-        indices = out.actions
-        actions = self.action_table[indices] if self.continuous else indices
+        if self.action_spec.sampled:
+            normalized = np.clip(out.actions, -1.0, 1.0)
+            indices = np.all(out.candidates == out.actions[:, None], axis=2).argmax(axis=1).astype(np.int64)
+            actions = self.action_low + (normalized.astype(np.float64) + 1.0) * 0.5 * (self.action_high - self.action_low)
+            agent_actions = out.actions
+        else:
+            indices = agent_actions = out.actions
+            actions = self.action_table[indices] if self.continuous else indices
         self.last = Decision(actions=actions, indices=indices, simulations=out.simulations,
                              root_values=out.root_values, elapsed_ms=(time.perf_counter() - start) * 1000.0,
-                             search=out)
+                             search=out, agent_actions=agent_actions)
         return self.last
 
     def search(self, observations: np.ndarray, *, num_simulations: int | None = None,
-               deadline: float | None = None) -> SearchOutput:
-        """The greedy search on a checked batch; ``deadline`` is a ``time.perf_counter()`` value."""
+               deadline: float | None = None, rng: np.random.Generator | None = None) -> SearchOutput:
+        """The greedy search on a checked batch; ``deadline`` is a ``time.perf_counter()``
+        value; ``rng`` (default: the policy's own) draws the sampled modes' candidates."""
         observations = self.check_observations(observations)
         n = self.num_simulations if num_simulations is None else num_simulations
         config = self._search_config if n == self._search_config.num_simulations else \
             self._search_config.replace(num_simulations=n)
-        return search(self.networks.root(observations), self.networks.recurrent_fn, config, self._rng,
-                      deadline=deadline)
+        return search(self.networks.root(observations), self.networks.recurrent_fn, config,
+                      self._rng if rng is None else rng, deadline=deadline, action_spec=self.action_spec)
 
     def check_observations(self, observations) -> np.ndarray:
         """[B, *obs] in the bundle's dtype, or an :class:`ObservationError` naming the problem.
@@ -266,10 +295,11 @@ def read_manifest(bundle: Path) -> dict:
     name, version = BUNDLE_FORMAT
     if manifest["format"] != name:
         raise BundleError(f"{path} has format {manifest['format']!r}, not {name!r}")
-    if manifest["format_version"] != version:
+    if manifest["format_version"] not in READABLE_VERSIONS:
         raise BundleError(f"{bundle} is bundle format version {manifest['format_version']} (written by "
-                          f"ez-robot {manifest.get('ez_robot_version', '?')}); this runtime reads version "
-                          f"{version}: re-export the run with this ez-robot, or run the matching one")
+                          f"ez-robot {manifest.get('ez_robot_version', '?')}); this runtime reads versions "
+                          f"{', '.join(map(str, READABLE_VERSIONS))}: re-export the run with this ez-robot, "
+                          f"or run the matching one")
     _check_manifest(path, manifest)
     for file in _GRAPHS:
         expected = manifest["files"].get(file)
@@ -309,11 +339,30 @@ def _check_manifest(path: Path, manifest: dict) -> None:
     if action.get("kind") not in ("discrete", "continuous") or not is_count(action.get("num_actions")):
         raise bad(f"action must have kind 'discrete' or 'continuous' and num_actions >= 1, got "
                   f"{action.get('kind')!r} and {action.get('num_actions')!r}")
-    if action["kind"] == "continuous":
+    try:
+        spec = action_spec(manifest)
+    except (TypeError, ValueError, AttributeError) as error:
+        raise bad(f"action.spec is not a valid action mode ({error})") from None
+    if spec.sampled:
+        low, high = np.asarray(action.get("low", []), dtype=object), np.asarray(action.get("high", []), dtype=object)
+        if low.shape != (spec.dims,) or high.shape != (spec.dims,) or action["kind"] != "continuous":
+            raise bad(f"a {spec.mode} bundle needs kind 'continuous' and action.low and action.high with "
+                      f"{spec.dims} values each")
+        if not np.all(np.asarray(low, np.float64) <= np.asarray(high, np.float64)):
+            raise bad("action.low must not exceed action.high")
+    elif action["kind"] == "continuous":
         table = np.asarray(action.get("table", []), dtype=object)
         if table.ndim != 2 or len(table) != action["num_actions"]:
             raise bad(f"action.table must have one row per action ({action['num_actions']})")
     _search_config(path, manifest["search"])
+
+
+def action_spec(manifest: dict) -> ActionSpec:
+    """A manifest's action mode; version 1 bundles (no ``action.spec``) are joint mode."""
+    action = manifest["action"]
+    if "spec" not in action:
+        return ActionSpec("joint", num_actions=int(action["num_actions"]))
+    return ActionSpec.from_state_dict(action["spec"])
 
 
 def _search_config(path: Path, fields: dict) -> SearchConfig:
@@ -334,11 +383,17 @@ def _check_graphs(bundle: Path, manifest: dict, sessions: dict) -> None:
     if graph_dtype != str(np.dtype(manifest["observation"]["dtype"])):
         raise BundleError(f"{bundle / MANIFEST} says observations are {manifest['observation']['dtype']}, but "
                           f"initial.onnx takes {graph_dtype}")
+    spec = action_spec(manifest)
     for name in _GRAPHS:
         logits = sessions[name].get_outputs()[-1].shape[-1]
-        if isinstance(logits, int) and logits != manifest["action"]["num_actions"]:
-            raise BundleError(f"{bundle / MANIFEST} says there are {manifest['action']['num_actions']} actions, but "
-                              f"{name} gives {logits} policy logits")
+        if isinstance(logits, int) and logits != spec.policy_size:
+            raise BundleError(f"{bundle / MANIFEST} says the actions are {spec.describe()} ({spec.policy_size} policy "
+                              f"outputs), but {name} gives {logits}")
+    action_input = sessions["recurrent.onnx"].get_inputs()[3]
+    want = "tensor(float)" if spec.sampled else "tensor(int64)"
+    if action_input.type != want:
+        raise BundleError(f"{bundle / MANIFEST} says the actions are {spec.describe()}, but recurrent.onnx takes "
+                          f"actions of type {action_input.type}")
     lstm = sessions["recurrent.onnx"].get_inputs()[1].shape[-1]
     if isinstance(lstm, int) and lstm != manifest["hidden"]["lstm_hidden"]:
         raise BundleError(f"{bundle / MANIFEST} says the LSTM has {manifest['hidden']['lstm_hidden']} units, but "

@@ -17,6 +17,7 @@ import torch
 
 import ez_robot
 from ez_robot import search
+from ez_robot.builders import EnvSpec
 from ez_robot.config import load_config
 from ez_robot.envs import make_from_config
 from ez_robot.envs.dmc import discrete_action_table
@@ -43,10 +44,10 @@ def one_torch_thread():
 def tiny_model(task, obs="state", overrides=()):
     config = load_config(task, obs=obs, overrides=[*TINY_MODEL, *overrides])
     env = make_from_config(config.env)
-    shape, actions = env.observation_space.shape, int(env.action_space.n)
+    spec = EnvSpec.of(env, config.env)
     env.close()
     torch.manual_seed(0)
-    net = make_network(shape, actions, config.model, value_prefix=config.train.value_prefix)
+    net = make_network(spec.obs_shape, spec.action, config.model, value_prefix=config.train.value_prefix)
     with torch.no_grad():
         for parameter in net.parameters():
             parameter.add_(torch.randn_like(parameter) * 0.2)
@@ -62,7 +63,7 @@ def save_checkpoint(run_dir, net, config):
     from ez_robot.checkpoint import write_checkpoint
     from ez_robot.schedules import Counters
 
-    spec = EnvSpec(tuple(net.obs_shape), net.num_actions)
+    spec = EnvSpec(tuple(net.obs_shape), net.action_spec)
     write_checkpoint(run_dir, trainer="single", config=config, spec=spec, counters=Counters(123, 984),
                      learner=make_learner(config, spec, "cpu", weights=net.state_dict()).state_dict(), replay=None)
     return run_dir
@@ -295,7 +296,7 @@ def garbage_with_its_hash(bundle):
     (lambda b: (b / "manifest.json").write_text("[]"), "not an ez-robot bundle manifest"),
     (lambda b: (b / "recurrent.onnx").unlink(), "is missing recurrent.onnx"),
     (flip_a_byte, "does not match the manifest's sha256"),
-    (edit_manifest(format_version=2), "bundle format version 2 .* this runtime reads version 1"),
+    (edit_manifest(format_version=3), "bundle format version 3 .* this runtime reads versions 1, 2"),
     (edit_manifest(format="something-else"), "has format 'something-else'"),
     (garbage_with_its_hash, "onnxruntime cannot load .*initial.onnx"),
     (edit_manifest(search={"num_simulations": 5, "c3": 1.0}), "the search settings are not valid: .*c3"),
@@ -306,7 +307,16 @@ def garbage_with_its_hash(bundle):
     (edit_manifest(observation={"shape": [5], "dtype": "uint8", "kind": "state"}),
      "says observations are uint8, but initial.onnx takes float32"),
     (edit_manifest(observation={"shape": "5", "dtype": "float32"}), "observation.shape must be a list"),
-    (edit_manifest(action={"kind": "discrete", "num_actions": 7}), "says there are 7 actions, but initial.onnx"),
+    (edit_manifest(action={"kind": "discrete", "num_actions": 7}),
+     r"says the actions are joint discrete \(7 actions\) \(7 policy outputs\), but initial.onnx gives 5"),
+    (edit_manifest(action={"kind": "continuous", "num_actions": 2, "spec": {"mode": "gaussian", "dims": 1},
+                           "low": [-1.0], "high": [1.0]}),
+     r"says the actions are gaussian \(1 dims\) \(2 policy outputs\), but initial.onnx gives 5"),
+    (edit_manifest(action={"kind": "continuous", "num_actions": 2, "spec": {"mode": "gaussian", "dims": 2},
+                           "low": [-1.0], "high": [1.0]}),
+     "a gaussian bundle needs kind 'continuous' and action.low and action.high with 2 values each"),
+    (edit_manifest(action={"kind": "continuous", "num_actions": 2, "spec": {"mode": "sideways", "dims": 2}}),
+     "action.spec is not a valid action mode"),
 ])
 def test_unusable_bundles_are_named(state, tmp_path, change, message):
     with pytest.raises(BundleError, match=message):
@@ -350,8 +360,8 @@ def test_cli_export_then_run(state, tmp_path):
     (["run", "no-such-bundle"], "no bundle at no-such-bundle"),
     (["run", "{bundle}", "--task", "cartpol_swingup"], "did you mean: cartpole_swingup"),
     (["run", "{bundle}", "--task", "reacher_easy"],
-     "reacher_easy does not fit this bundle: it gives observations of shape (6,) and 25 actions, the bundle takes "
-     "(5,) and 5"),
+     "reacher_easy does not fit this bundle: it gives observations of shape (6,) and actions Discrete(25), the "
+     "bundle takes (5,) and joint discrete (5 actions) actions"),
 ])
 def test_cli_user_errors_are_messages_not_tracebacks(state, args, message):
     out = ez(*[a.format(bundle=state["bundle"]) for a in args])
@@ -387,3 +397,76 @@ def test_onnx_inference_follows_the_weights_it_is_refreshed_with():
     assert np.abs(values(onnx_inference) - values(torch_inference)).max() > 1e-2  # still the old weights
     onnx_inference.refresh()
     np.testing.assert_allclose(values(onnx_inference), values(torch_inference), rtol=1e-4, atol=1e-4)
+
+
+# --- the sampled action modes (many joints) --------------------------------------------------
+
+@pytest.fixture(scope="module", params=["gaussian", "factorized"])
+def sampled(request, tmp_path_factory):
+    """walker_walk (6 action dimensions) in a sampled action mode, exported from a run."""
+    net, config = tiny_model("walker_walk", overrides=[f"env.action_mode={request.param}", "env.factorized_bins=5",
+                                                       "search.num_candidates=6"])
+    run_dir = save_checkpoint(tmp_path_factory.mktemp("runs") / f"walker-{request.param}", net, config)
+    manifest = export_run(run_dir, observations=8)
+    return {"net": net, "config": config, "run_dir": run_dir, "bundle": run_dir / "bundle", "manifest": manifest,
+            "mode": request.param}
+
+
+def test_a_sampled_bundle_acts_within_the_bounds_as_the_torch_search_does(sampled):
+    net, config, manifest = sampled["net"], sampled["config"], sampled["manifest"]
+    action = manifest["action"]
+    assert action["kind"] == "continuous" and action["mode"] == sampled["mode"] and action["dims"] == 6
+    assert action["low"] == [-1.0] * 6 and action["high"] == [1.0] * 6 and "table" not in action
+    check = manifest["validation"]
+    assert check["within_tolerance"] and check["actions_equal"] == 8 and check["mismatched"] == []
+
+    policy = Policy.load(sampled["bundle"], seed=3)
+    assert policy.action_spec == net.action_spec
+    obs = observations_for(net, 5, seed=4)
+    greedy = search_config(config).replace(add_noise=False, temperature=0.0)
+    inference = TorchInference(net, "cpu")
+    reference = search(inference.root(obs), inference.recurrent_fn, greedy, np.random.default_rng(3),
+                       action_spec=net.action_spec)
+    decision = policy.decide(obs)
+    np.testing.assert_allclose(decision.agent_actions, reference.actions, atol=1e-3)
+    assert decision.actions.shape == (5, 6) and decision.actions.dtype == np.float64
+    assert np.all(np.abs(decision.actions) <= 1.0)
+    # the chosen candidate's index points at the action taken
+    np.testing.assert_array_equal(decision.search.candidates[np.arange(5), decision.indices], decision.agent_actions)
+    assert len(np.unique(decision.actions.round(4), axis=0)) > 1  # not one constant action
+    # the candidates come from the policy's own seeded generator: a second load decides the same
+    np.testing.assert_array_equal(Policy.load(sampled["bundle"], seed=3).decide(obs).actions, decision.actions)
+    single = policy.act(obs[0])
+    assert single.shape == (6,) and single.dtype == np.float64
+
+
+def test_a_sampled_decision_maps_onto_the_robots_bounds(sampled, tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(sampled["bundle"], bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["action"]["low"], manifest["action"]["high"] = [0.0] * 6, [10.0] * 6
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    obs = observations_for(sampled["net"], 4, seed=5)
+    normalized = Policy.load(sampled["bundle"]).decide(obs).actions
+    scaled = Policy.load(bundle).decide(obs).actions
+    np.testing.assert_allclose(scaled, (normalized + 1.0) * 5.0, atol=1e-9)
+
+
+def test_a_version_1_bundle_still_loads_as_joint_mode(state, tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(state["bundle"], bundle)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["format_version"] = 1
+    for key in ("mode", "spec"):
+        del manifest["action"][key]
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    old = Policy.load(bundle)
+    assert old.action_spec.mode == "joint" and old.action_spec.num_actions == 5
+    obs = observations_for(state["net"], 6, seed=6)
+    np.testing.assert_array_equal(old.act_batch(obs), Policy.load(state["bundle"]).act_batch(obs))
+
+
+def test_cli_runs_a_sampled_bundle(sampled):
+    out = ez("run", str(sampled["bundle"]), "--rate", "1000", "--simulations", "4", timeout=180)
+    assert out.returncode == 0, out.stderr
+    assert "1 episode(s), mean return" in out.stdout and "500 decisions at" in out.stdout
