@@ -125,7 +125,8 @@ class SearchOutput:
     root_values: np.ndarray
     """[B] float32 mean backed-up value at the root (nu^MCTS)."""
     root_q_values: np.ndarray
-    """[B, A] float32 Q(root, a), NaN for unvisited actions."""
+    """[B, A] float32 Q(root, a), NaN for unvisited actions (sampled modes: [B, K] the
+    completed Q, with the mixed value estimate standing in for unvisited candidates)."""
     policy: np.ndarray
     """[B, A] float32 visit distribution after temperature (the policy target at T = 1)."""
     actions: np.ndarray
@@ -144,8 +145,8 @@ class SearchOutput:
 
 
 RecurrentFn = Callable[[Any, np.ndarray, np.ndarray], Tuple[Any, Any, Any, Any]]
-"""recurrent_fn(hidden, actions [B] int32, reset_mask [B] bool)
--> (next_hidden, value_prefix [B], value [B], policy_logits [B, A]).
+"""recurrent_fn(hidden, actions [B] int32 (sampled modes: [B, D] float32 vectors),
+reset_mask [B] bool) -> (next_hidden, value_prefix [B], value [B], policy_logits [B, P]).
 
 ``reset_mask[b]`` is True when the value-prefix LSTM must start afresh from this step:
 the caller zeroes that row's LSTM state before stepping it."""
