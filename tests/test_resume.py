@@ -360,8 +360,12 @@ def test_an_evaluation_lost_with_a_killed_run_is_redone_after_resume(tmp_path, w
     resumed = next(i for i, r in enumerate(logged) if r["kind"] == "resume")
     before = [r["agent_steps"] for r in logged[:resumed] if r["kind"] == "eval"]
     after = [r["agent_steps"] for r in logged[resumed:] if r["kind"] == "eval"]
-    # the second evaluation was lost with the kill: the checkpoint has it pending
-    assert 40 < pending <= state["counters"]["agent_steps"] and all(step < pending for step in before), before
+    # the evaluations logged after the last checkpoint were lost with the kill: the checkpoint
+    # has the first of them pending (one process: the second, at 80; Ray evaluates
+    # asynchronously, and on a loaded machine its last checkpoint can predate even the
+    # first evaluation's record, at 40)
+    assert (40 if workers else 41) <= pending <= state["counters"]["agent_steps"], (pending, state["counters"])
+    assert all(step < pending for step in before), before
     if workers:  # Ray evaluates asynchronously: the lost one is taken at once after the resume
         assert pending <= after[0] <= state["counters"]["agent_steps"] + 32, (state["counters"], after)
     else:  # one process: the schedule is exact
