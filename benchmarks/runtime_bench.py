@@ -36,7 +36,7 @@ from ez_robot.config import load_config
 from ez_robot.envs import make_from_config
 from ez_robot.export.onnx_export import export_model
 from ez_robot.export.runtime import Policy
-from ez_robot.inference import TorchInference, effective_search_config
+from ez_robot.inference import TorchInference, search_config
 from ez_robot.networks import make_network
 
 
@@ -83,7 +83,7 @@ def main():
             net, config = bundle_for(task, obs, directory, overrides)
             simulations = args.simulations or config.search.num_simulations
             policy = Policy.load(directory, preset="latency", num_simulations=simulations)
-            greedy = effective_search_config(config.search, config.train.value_prefix).replace(
+            greedy = search_config(config).replace(
                 add_noise=False, temperature=0.0, num_simulations=simulations)
             spec = net.action_spec
             inference, rng = TorchInference(net, "cpu"), np.random.default_rng(0)
