@@ -339,7 +339,7 @@ else:
 """
 
 
-@pytest.mark.parametrize("workers,budget", [(0, 240), (1, 1000)], ids=["single-process", "ray"])
+@pytest.mark.parametrize("workers,budget", [(0, 240), (1, 480)], ids=["single-process", "ray"])
 def test_an_evaluation_lost_with_a_killed_run_is_redone_after_resume(tmp_path, workers, budget):
     """A checkpoint taken before an evaluation was logged: the resumed run evaluates at
     that point again, so the curve has no gap (evaluations every 40 agent steps)."""
