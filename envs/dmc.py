@@ -2,12 +2,8 @@
 
 A thin adapter of our own over ``dm_control.suite`` (no Shimmy layer in the step path):
 
-- joint discrete actions (the paper): each of the d action dimensions is split into K
-  evenly spaced values spanning its bounds, both ends included; the discrete action space
-  is the product, K^d, and an index maps to its vector through a precomputed [K^d, d]
-  table;
-- continuous actions (``continuous=True``, for the sampled action modes): a Box [-1, 1]^d
-  mapped linearly onto the task's bounds (values outside are clipped);
+- actions are the task's own Box (its bounds, float32); the action mode's wrapper
+  (:mod:`ez_robot.envs.wrappers`: joint bins or a normalized Box) goes on top;
 - one agent step repeats the action ``action_repeat`` times and sums the rewards;
 - observations are the task's state features flattened to float32, or rendered RGB
   frames (square, channel-first uint8, the last ``frame_stack`` frames stacked);
@@ -26,63 +22,32 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ez_robot.errors import ConfigError  # noqa: E402
 
-__all__ = ["DMControlEnv", "discrete_action_table"]
-
-
-def discrete_action_table(low: np.ndarray, high: np.ndarray, bins: int) -> np.ndarray:
-    """[bins^d, d] float64: row i is the continuous action of discrete index i.
-
-    The index is read as a base-``bins`` number whose first digit is dimension 0.
-    """
-    low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
-    values = np.linspace(low, high, bins, axis=1)  # [d, bins], both bounds included
-    digits = np.indices((bins,) * len(low)).reshape(len(low), -1)  # [d, bins^d]
-    return values[np.arange(len(low))[:, None], digits].T
+__all__ = ["DMControlEnv"]
 
 
 class DMControlEnv(gym.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
 
     def __init__(self, domain: str, task: str, *, seed: int | None = None, obs: str = "state",
-                 action_repeat: int = 1, continuous: bool = False, bins: int = 5, max_discrete_actions: int = 1024,
-                 frame_size: int = 84, frame_stack: int = 3, camera_id: int | None = None,
+                 action_repeat: int = 1, frame_size: int = 84, frame_stack: int = 3, camera_id: int | None = None,
                  render_size: tuple[int, int] = (240, 320)):
         from dm_control import suite
 
         self._kwargs = dict(domain=domain, task=task, seed=seed, obs=obs, action_repeat=action_repeat,
-                            continuous=continuous, bins=bins,
-                            max_discrete_actions=max_discrete_actions, frame_size=frame_size,
+                            frame_size=frame_size,
                             frame_stack=frame_stack, camera_id=camera_id, render_size=render_size)
         if obs not in ("state", "pixels"):
             raise ValueError(f"obs must be 'state' or 'pixels', got {obs!r}")
         if action_repeat < 1:
             raise ValueError(f"action_repeat must be >= 1, got {action_repeat}")
-        if bins < 2:
-            raise ValueError(f"bins must be >= 2 (both action bounds are included), got {bins}")
         self._env = suite.load(domain, task, task_kwargs={"random": seed})
         spec = self._env.action_spec()
-        dims = int(np.prod(spec.shape))
-        if not continuous and bins ** dims > max_discrete_actions:
-            raise ConfigError(
-                f"{domain}_{task} has {dims} action dimensions: {bins} bins each make {bins}^{dims} = "
-                f"{bins ** dims:,} discrete actions, above the limit of {max_discrete_actions:,}. "
-                f"Lower env.bins or raise env.max_discrete_actions, or search sampled actions: "
-                f"--set env.action_mode=gaussian (or factorized).")
         self.task_name = f"{domain}_{task}"
         self.obs_kind = obs
         self.action_repeat = action_repeat
-        self.bins = bins
-        self.action_low = spec.minimum.astype(np.float64).reshape(-1)
-        self.action_high = spec.maximum.astype(np.float64).reshape(-1)
-        self.continuous = continuous
-        if continuous:  # normalized: [-1, 1] maps linearly onto [low, high] in every dimension
-            self.action_table = None
-            self.action_space = gym.spaces.Box(-1.0, 1.0, (dims,), np.float32, seed=seed)
-        else:
-            self.action_table = discrete_action_table(self.action_low, self.action_high, bins)
-            self.action_space = gym.spaces.Discrete(len(self.action_table), seed=seed)
+        self.action_space = gym.spaces.Box(spec.minimum.astype(np.float32).reshape(-1),
+                                           spec.maximum.astype(np.float32).reshape(-1), dtype=np.float32, seed=seed)
         self.render_mode = "rgb_array"
         self._camera_id = camera_id if camera_id is not None else (2 if domain == "quadruped" else 0)
         self._render_size = render_size
@@ -101,14 +66,6 @@ class DMControlEnv(gym.Env):
     def control_period(self) -> float:
         """Seconds of simulated time between two agent decisions."""
         return float(self._env.control_timestep()) * self.action_repeat
-
-    def continuous_action(self, action) -> np.ndarray:
-        """The simulator's action vector for an agent action: a discrete index (joint), or
-        a normalized vector in [-1, 1]^D (continuous)."""
-        if self.continuous:
-            normalized = np.clip(np.asarray(action, np.float64).reshape(-1), -1.0, 1.0)
-            return self.action_low + (normalized + 1.0) * 0.5 * (self.action_high - self.action_low)
-        return self.action_table[int(action)]
 
     def _observe(self, time_step, first: bool) -> np.ndarray:
         if self.obs_kind == "state":
@@ -130,13 +87,10 @@ class DMControlEnv(gym.Env):
         return self._observe(time_step, first=True), {}
 
     def step(self, action):
-        if self.continuous:
-            action = np.asarray(action, np.float32)
-            if action.shape != self.action_space.shape or not np.isfinite(action).all():
-                raise ValueError(f"action {action!r} is not a finite vector of shape {self.action_space.shape}")
-        elif not self.action_space.contains(action):
-            raise ValueError(f"action {action!r} is not in {self.action_space}")
-        vector = self.continuous_action(action)
+        vector = np.asarray(action, np.float64).reshape(-1)
+        if vector.shape != self.action_space.shape or not np.isfinite(vector).all():
+            raise ValueError(f"action {action!r} is not a finite vector of shape {self.action_space.shape}")
+        vector = np.clip(vector, self.action_space.low, self.action_space.high)
         reward, frames = 0.0, 0
         for _ in range(self.action_repeat):
             time_step = self._env.step(vector)

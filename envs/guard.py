@@ -5,7 +5,7 @@ from typing import Callable
 
 import gymnasium as gym
 
-from ez_robot.errors import EnvironmentFailed
+from ez_robot.errors import EnvironmentFailed, EzRobotError
 
 __all__ = ["RemakeOnError", "ENV_ERROR"]
 
@@ -41,6 +41,8 @@ class RemakeOnError(gym.Wrapper):
         while True:
             try:
                 obs, info = self.env.reset(seed=seed if seed is not None else self._reseed, options=options)
+            except EzRobotError:  # a user's mistake (an observation of the wrong shape): no retry mends it
+                raise
             except Exception as error:  # noqa: BLE001 - whatever the simulator raises
                 self._remake(error)
                 continue
@@ -50,6 +52,8 @@ class RemakeOnError(gym.Wrapper):
     def step(self, action):
         try:
             obs, reward, terminated, truncated, info = self.env.step(action)
+        except EzRobotError:
+            raise
         except Exception as error:  # noqa: BLE001
             self._remake(error)
             return self._last_obs, 0.0, False, True, {ENV_ERROR: f"{type(error).__name__}: {error}"}

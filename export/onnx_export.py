@@ -211,36 +211,40 @@ def _sha256(path: Path) -> str:
 
 def _action_spec(env, spec) -> dict:
     """The manifest's ``action``: the mode (``spec``, an ActionSpec) and what the robot gets."""
-    base = env.unwrapped
+    from ez_robot.envs.wrappers import JointDiscreteActions, NormalizedActions, find_wrapper
+
     if spec.sampled:  # the search gives vectors in [-1, 1]^D, mapped linearly onto the bounds
-        low = getattr(base, "action_low", None)
-        high = getattr(base, "action_high", None)
-        if low is None:
-            low, high = env.action_space.low, env.action_space.high
+        wrapper = find_wrapper(env, NormalizedActions)
+        low, high = (wrapper.action_low, wrapper.action_high) if wrapper is not None else \
+            (env.action_space.low, env.action_space.high)
         # num_actions: the policy head's outputs (there is no finite action set)
         return {"kind": "continuous", "mode": spec.mode, "spec": spec.state_dict(), "num_actions": spec.policy_size,
                 "dims": spec.dims, "low": np.asarray(low, np.float64).tolist(),
                 "high": np.asarray(high, np.float64).tolist()}
     num_actions = int(spec.num_actions)
-    if getattr(base, "action_table", None) is not None:  # DMControl: a discrete index stands for a vector
-        low, high = base.action_low, base.action_high
-        return {"kind": "continuous", "num_actions": num_actions, "dims": len(low), "bins_per_dim": int(base.bins),
+    joint = find_wrapper(env, JointDiscreteActions)
+    if joint is not None:  # a continuous robot: a discrete index stands for a vector
+        low, high = joint.action_low, joint.action_high
+        return {"kind": "continuous", "num_actions": num_actions, "dims": len(low), "bins_per_dim": int(joint.bins),
                 "low": low.tolist(), "high": high.tolist(),
-                "values_per_dim": np.linspace(low, high, base.bins, axis=1).tolist(),
-                "table": base.action_table.tolist(), "mode": "joint", "spec": spec.state_dict()}
+                "values_per_dim": np.linspace(low, high, joint.bins, axis=1).tolist(),
+                "table": joint.action_table.tolist(), "mode": "joint", "spec": spec.state_dict()}
     return {"kind": "discrete", "num_actions": num_actions, "mode": "joint", "spec": spec.state_dict()}
 
 
+def _observation_layout(env) -> list[dict] | None:
+    """Where each raw sensor value goes in the vector the bundle takes (gym: and custom
+    tasks: the Dict keys in order; None for DMControl and Atari)."""
+    from ez_robot.envs.wrappers import FlatObservations, find_wrapper, observation_layout
+
+    wrapper = find_wrapper(env, FlatObservations)
+    return observation_layout(wrapper.raw_observation_space) if wrapper is not None else None
+
+
 def _control_period(env, config) -> float | None:
-    """Seconds between two decisions of the trained agent (None where the task has no clock)."""
-    if config.env.task.startswith("atari:"):
-        return config.env.action_repeat / 60.0  # the ALE runs at 60 frames per second
-    base = env.unwrapped
-    if hasattr(base, "control_period"):  # DMControlEnv, action repeat included
-        return float(base.control_period)
-    if hasattr(base, "tau"):  # CartPole's integration step
-        return float(base.tau) * config.env.action_repeat
-    return None
+    from ez_robot.envs import control_period
+
+    return control_period(env, config.env)
 
 
 def export_run(run_dir: str | Path, out: str | Path | None = None, *, checkpoint: str | Path | None = None,
@@ -292,7 +296,8 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
             "ez_robot_version": ez_robot.__version__, "torch_version": torch.__version__, "opset": OPSET,
             "task": config.env.task, **(source or {}),
             "observation": {"shape": list(space.shape), "dtype": str(space.dtype),
-                            "kind": "pixels" if net.pixels else "state"},
+                            "kind": "pixels" if net.pixels else "state", "layout": _observation_layout(env),
+                            "normalized_in_graph": getattr(net, "normalizer", None) is not None},
             "hidden": {"shape": [int(n) for n in net.hidden_shape], "lstm_hidden": int(net.lstm_hidden)},
             "action": _action_spec(env, spec),
             "action_repeat": config.env.action_repeat, "control_period_s": _control_period(env, config),

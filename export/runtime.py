@@ -168,6 +168,41 @@ class Policy:
         return self.manifest.get("task", "")
 
     @property
+    def observation_layout(self) -> list[dict] | None:
+        """Where each sensor reading goes in the observation vector: ``[{"key", "shape",
+        "start", "size"}]`` (a Dict observation's keys in order; nested keys joined by
+        dots), or None where the task gives a vector already (DMControl, Atari)."""
+        return self.manifest["observation"].get("layout")
+
+    def flatten(self, observation: dict) -> np.ndarray:
+        """A Dict observation (``{"joints": ..., "target": ...}``, raw sensor values) as the
+        vector the networks take, in the layout training used."""
+        layout = self.observation_layout
+        if not layout or (len(layout) == 1 and layout[0]["key"] == ""):
+            raise ObservationError("this policy takes one observation vector, not a dict")
+        parts = []
+        for entry in layout:
+            value = observation
+            try:
+                for key in entry["key"].split("."):
+                    value = value[key]
+            except (KeyError, TypeError, IndexError):
+                raise ObservationError(f"the observation has no {entry['key']!r}; this policy reads "
+                                       f"{[e['key'] for e in layout]}") from None
+            if "one_hot_start" in entry:  # a Discrete reading
+                index = int(value) - entry["one_hot_start"]
+                if not 0 <= index < entry["size"]:
+                    raise ObservationError(f"observation {entry['key']!r} is {value}, outside its "
+                                           f"{entry['size']} values")
+                value = np.eye(entry["size"], dtype=np.float32)[index]
+            value = np.asarray(value, np.float32).reshape(-1)
+            if value.size != entry["size"]:
+                raise ObservationError(f"observation {entry['key']!r} has {value.size} values, this policy "
+                                       f"takes {entry['size']} (shape {entry['shape']})")
+            parts.append(value)
+        return np.concatenate(parts)
+
+    @property
     def control_period_s(self) -> float | None:
         """Seconds between decisions the policy was trained for (action repeat included)."""
         return self.manifest.get("control_period_s")
@@ -201,8 +236,10 @@ class Policy:
 
     def act(self, observation: np.ndarray, *, num_simulations: int | None = None,
             deadline_ms: float | None = None):
-        """One observation -> its action: a float64 vector [d] within the task's bounds
-        (DMControl, the sampled modes) or an int."""
+        """One observation (a vector, or the task's Dict of sensor readings) -> its action:
+        a float64 vector [d] within the task's bounds (continuous robots) or an int."""
+        if isinstance(observation, dict):
+            observation = self.flatten(observation)
         observation = np.asarray(observation)
         if observation.shape != self.observation_shape:
             raise ObservationError(f"observation has shape {observation.shape}, this policy takes "

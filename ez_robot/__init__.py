@@ -3,10 +3,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search, visit_policy
 from ez_robot.policies import ActionSpec
+from ez_robot import api
+from ez_robot.api import Agent, evaluate, export_bundle, load, train
 
 try:
     __version__ = version("ez-robot")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["ActionSpec", "RootOutput", "SearchConfig", "SearchOutput", "search", "visit_policy", "__version__"]
+__all__ = ["train", "load", "Agent", "evaluate", "export_bundle", "api", "ActionSpec", "RootOutput", "SearchConfig", "SearchOutput", "search", "visit_policy", "__version__"]

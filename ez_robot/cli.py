@@ -75,68 +75,33 @@ def tasks(pattern):
 def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanalyze_workers, address, gpus, num_envs,
           checkpoint_interval, replay_checkpoint, overrides, threads, quiet):
     """Train an EfficientZero agent on TASK, or resume a run (--resume RUN_DIR)."""
-    import time
-    from pathlib import Path
-
     from click.core import ParameterSource
 
-    from ez_robot import envs
-    from ez_robot.checkpoint import checkpoint_path, read_checkpoint
-    from ez_robot.config import load_config
-    from ez_robot.trainer import check_resumable
+    from ez_robot.api import TrainingSession
+    from ez_robot.checkpoint import checkpoint_path
 
-    source = click.get_current_context().get_parameter_source
-    given = [name for name in ("address", "gpus", "reanalyze_workers") if source(name) is not ParameterSource.DEFAULT]
-    if workers == 0 and given:
-        raise click.UsageError(f"--{given[0].replace('_', '-')} is for the Ray trainer; --workers 0 runs without Ray")
-    state = None
+    given = lambda name: click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT  # noqa: E731
+    if resume_dir is None and task is None:
+        raise click.UsageError("give --task (or --resume RUN_DIR to continue a run)")
     with _user_errors():
-        if resume_dir is not None:
-            state = read_checkpoint(resume_dir)
-            config = _resume_config(state, task, obs, seed, run_dir, resume_dir, budget, overrides)
-            check_resumable(config, state, resume_dir, replay_checkpoint)
-            run_dir = Path(resume_dir)
-            if workers is None:  # the run keeps its trainer unless asked for another
-                workers = 0 if state["trainer"] == "single" and not given else 1
-        else:
-            if task is None:
-                raise click.UsageError("give --task (or --resume RUN_DIR to continue a run)")
-            envs.validate_task(task)
-            config = load_config(task, obs=obs, budget=budget, seed=seed, overrides=overrides)
-            run_dir = Path(run_dir or f"runs/{task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}")
-            if checkpoint_path(run_dir).exists():
-                raise click.UsageError(f"{run_dir} already holds a run; continue it with --resume {run_dir}, "
-                                       "or give another --run-dir")
-    workers = 1 if workers is None else workers
-    options = dict(device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval, progress=not quiet,
-                   threads=threads, resume=state, replay_checkpoint=replay_checkpoint)
-    if workers == 0:
-        from ez_robot.trainer import train as run_training
-    else:
-        from ez_robot.ray_trainer import train as run_training
-
-        options.update(workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus)
-    if state is None:
-        click.echo(f"run directory: {run_dir}  ({config.agent_steps_budget} agent steps = "
-                   f"{config.env_frames_budget} env frames; budget counts {config.env.budget_unit})")
-    else:
-        c = state["counters"]
-        click.echo(f"resuming {run_dir} ({'single-process' if workers == 0 else 'Ray'} trainer) at "
-                   f"{c['agent_steps']} agent steps and {c['train_steps']} training steps (budget "
-                   f"{config.agent_steps_budget} agent steps)")
+        session = TrainingSession.prepare(
+            task, budget=budget, seed=seed if given("seed") or resume_dir is None else None,
+            obs=obs if given("obs") or resume_dir is None else None, overrides=overrides, run_dir=run_dir,
+            resume=resume_dir, workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus,
+            device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval,
+            replay_checkpoint=replay_checkpoint, threads=threads, progress=not quiet)
     try:
         with _user_errors():
-            summary = run_training(config, run_dir, **options)
+            session.run(click.echo)
     except FloatingPointError as error:
-        where = f"the last good checkpoint is in {run_dir / 'checkpoints'}" if checkpoint_path(run_dir).exists() \
+        where = session.run_dir
+        place = f"the last good checkpoint is in {where / 'checkpoints'}" if checkpoint_path(where).exists() \
             else "no checkpoint was written before it"
-        raise click.ClickException(f"training diverged: {error}; {where} (a lower train.lr may help)") from None
+        raise click.ClickException(f"training diverged: {error}; {place} (a lower train.lr may help)") from None
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; the checkpoint in {run_dir} resumes it: ez-robot train --resume {run_dir}",
-                   err=True)
+        click.echo(f"\ninterrupted; the checkpoint in {session.run_dir} resumes it: ez-robot train --resume "
+                   f"{session.run_dir}", err=True)
         raise SystemExit(130) from None
-    click.echo(f"done: {summary['agent_steps']} agent steps, {summary['train_steps']} training steps, "
-               f"{summary['wall_seconds']:.0f} s; last evaluation: {summary['last_eval'].get('mean', 'none')}")
 
 
 @contextlib.contextmanager
@@ -151,27 +116,6 @@ def _user_errors():
         raise click.UsageError(str(error)) from None
     except EzRobotError as error:
         raise click.ClickException(str(error)) from None
-
-
-def _resume_config(state, task, obs, seed, run_dir, resume_dir, budget, overrides):
-    """The config of a resumed run: the saved one, with --budget and --set applied; the
-    task, observations and seed of a run cannot change."""
-    from pathlib import Path
-
-    from click.core import ParameterSource
-
-    from ez_robot.checkpoint import resume_config
-
-    saved = state["config"]
-    source = click.get_current_context().get_parameter_source
-    if task is not None and task != saved["env"]["task"]:
-        raise click.UsageError(f"--task {task} differs from the run's task {saved['env']['task']}")
-    for name, value, was in (("obs", obs, saved["env"]["obs"]), ("seed", seed, saved["seed"])):
-        if source(name) is not ParameterSource.DEFAULT and value != was:
-            raise click.UsageError(f"--{name} {value} differs from the run's {name} {was}; a resumed run keeps it")
-    if run_dir is not None and Path(run_dir).resolve() != Path(resume_dir).resolve():
-        raise click.UsageError("--run-dir and --resume name different directories; a run resumes in its own")
-    return resume_config(state, budget=budget, overrides=overrides)
 
 
 @main.command("eval")

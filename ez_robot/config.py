@@ -42,7 +42,10 @@ ACTION_MODES = ("auto", "joint", "factorized", "gaussian")
 @dataclass(frozen=True)
 class EnvConfig:
     task: str = "cartpole_swingup"
-    """Task name: <domain>_<task> (DMControl), atari:<Game> or gym:<id>."""
+    """Task name: <domain>_<task> (DMControl), atari:<Game>, gym:<id>, or a factory of your
+    own: package.module:factory or path/to/file.py:factory."""
+    kwargs: dict = field(default_factory=dict)
+    """Keyword arguments of a gym:<id> or factory task's env (--set env.kwargs.NAME=VALUE)."""
     obs: str = "state"
     """Observation kind: state or pixels (Atari is always pixels)."""
     action_repeat: int = 4
@@ -70,6 +73,8 @@ class EnvConfig:
     """What --budget counts: agent_steps (Atari 100k) or env_frames (DMC 100k: simulator steps)."""
 
     def __post_init__(self):
+        if not isinstance(self.kwargs, dict) or not all(isinstance(k, str) for k in self.kwargs):
+            raise ConfigError(f"env.kwargs must be a mapping of keyword names to values, got {self.kwargs!r}")
         _check("env", [
             ("obs", self.obs in ("state", "pixels"), "'state' or 'pixels'"),
             ("action_repeat", self.action_repeat >= 1, ">= 1"),
@@ -105,6 +110,10 @@ class ModelConfig:
     """SimSiam projector hidden width."""
     projection_out: int = 1024
     """SimSiam projector and predictor output width."""
+    normalize_obs: bool = False
+    """States: normalize observations by a running mean and std (kept in the network, so
+    checkpoints and exported graphs take raw sensor values); updated from the data the
+    learner trains on."""
 
     def __post_init__(self):
         _check("model", [(name, getattr(self, name) >= 1, ">= 1") for name in (
@@ -286,11 +295,18 @@ TOP_LEVEL = ("seed",)
 
 
 def task_family(task: str, obs: str = "state") -> str:
-    """The preset a task uses: atari, classic, dmc_state or dmc_pixels."""
-    if task.startswith("atari:"):
+    """The preset a task uses: atari, classic (Gymnasium classic control), gym_mujoco
+    (Gymnasium's MuJoCo tasks), custom (a factory or another gym id), dmc_state or
+    dmc_pixels."""
+    from ez_robot.envs import gym_family, task_kind
+
+    kind = task_kind(task)
+    if kind == "atari":
         return "atari"
-    if task.startswith("gym:"):
-        return "classic"
+    if kind == "gym":
+        return gym_family(task)
+    if kind == "custom":
+        return "custom"
     return "dmc_pixels" if obs == "pixels" else "dmc_state"
 
 
@@ -349,6 +365,9 @@ def _coerce(key: str, value: Any, kind) -> Any:
     elif kind is str:
         if isinstance(value, str):
             return value
+    elif kind is dict:
+        if isinstance(value, Mapping):
+            return dict(value)
     raise ConfigError(f"{key} must be {kind.__name__}, got {value!r}")
 
 
@@ -406,6 +425,10 @@ def load_config(task: str, *, obs: str = "state", budget: str | int | None = Non
     for pattern, update in task_overrides.items():  # in file order, later patterns win
         if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(task, pattern):
             _merge(values, update, f"{path.name} tasks.{pattern}")
+    from ez_robot.envs.custom import absolute_task, is_custom_task
+
+    if is_custom_task(task):  # Ray workers and resumed runs may start in another directory
+        task = absolute_task(task)
     fixed = {"env.task": task, "env.obs": "pixels" if family == "atari" else obs}
     values.update(fixed)
     if budget is not None:
@@ -422,7 +445,7 @@ def load_config(task: str, *, obs: str = "state", budget: str | int | None = Non
         user[key] = value
     # the action mode decides part of the preset (e.g. fewer simulations for the sampled
     # search), so it is resolved here, and the run's config names the concrete mode
-    mode = resolved_action_mode(_build({**values, **user}, preset=path.name).env)
+    mode = resolved_action_mode(_build(_fold_kwargs({**values, **user}), preset=path.name).env)
     _merge(values, preset_modes.get(mode) or {}, f"{path.name} modes.{mode}")
     values.update(user)
     values["env.action_mode"] = mode
@@ -435,7 +458,7 @@ def resolved_action_mode(env: EnvConfig) -> str:
     ``max_discrete_actions``, gaussian otherwise; discrete action spaces refuse the others."""
     from ez_robot.envs import action_dims
 
-    dims = action_dims(env.task)  # None: a discrete action space
+    dims = action_dims(env.task, env.kwargs)  # None: a discrete action space
     if dims is None:
         if env.action_mode not in ("auto", "joint"):
             raise ConfigError(f"{env.task} has discrete actions: env.action_mode must be joint (or auto), "
@@ -447,6 +470,7 @@ def resolved_action_mode(env: EnvConfig) -> str:
 
 
 def _build(values: Mapping[str, Any], preset: str = "") -> Config:
+    values = _fold_kwargs(values)
     known = set(_all_keys())
     for key in values:
         if key not in known:
@@ -467,6 +491,24 @@ def _build(values: Mapping[str, Any], preset: str = "") -> Config:
             raise ConfigError(str(error).replace("SearchConfig.", "search.")) from None
     seed = _coerce("seed", values.get("seed", 0), int)
     return Config(seed=seed, preset=preset, **sections)
+
+
+KWARGS_PREFIX = "env.kwargs."
+
+
+def _fold_kwargs(values: Mapping[str, Any]) -> dict:
+    """``env.kwargs.NAME=VALUE`` keys folded into the ``env.kwargs`` mapping (later keys win)."""
+    out = {key: value for key, value in values.items() if not key.startswith(KWARGS_PREFIX)}
+    named = {key[len(KWARGS_PREFIX):]: value for key, value in values.items() if key.startswith(KWARGS_PREFIX)}
+    if named:
+        base = out.get("env.kwargs") or {}
+        if not isinstance(base, Mapping):
+            raise ConfigError(f"env.kwargs must be a mapping, got {base!r}")
+        for name in named:
+            if not name.isidentifier():
+                raise ConfigError(f"--set {KWARGS_PREFIX}{name}: {name!r} is not a keyword argument name")
+        out["env.kwargs"] = {**base, **named}
+    return out
 
 
 def config_to_dict(config: Config) -> dict:

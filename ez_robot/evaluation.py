@@ -76,12 +76,10 @@ def load_run(run_dir: str | Path, checkpoint: str | Path | None = None, device="
 
 def video_fps(env, config) -> float:
     """Frames per second of a replay that shows one frame per agent decision in real time."""
-    base = env.unwrapped
-    if hasattr(base, "ale"):
-        return 60.0 / config.env.action_repeat  # the ALE runs at 60 frames per second
-    if hasattr(base, "control_period"):  # DMControlEnv
-        return 1.0 / base.control_period
-    return 30.0
+    from ez_robot.envs import control_period
+
+    period = control_period(env, config.env)
+    return 1.0 / period if period else 30.0
 
 
 @dataclass
@@ -89,6 +87,9 @@ class Episodes:
     returns: list[float]
     lengths: list[int]
     videos: list[Path]
+    successes: list[bool] | None = None
+    """``info["is_success"]`` at each episode's last step, where the env reports it (the
+    Gymnasium-Robotics convention); None otherwise."""
 
 
 def play(net, config, device, episodes: int, seed: int, *, record: int = 0, video_dir: Path | None = None,
@@ -111,6 +112,7 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
     writers = {i: _VideoWriter(video_dir, i, render_frame(envs[i]), video_fps(envs[i], config))
                for i in range(min(record, episodes))}
     returns, lengths, done = np.zeros(episodes), np.zeros(episodes, int), np.zeros(episodes, bool)
+    successes: list = [None] * episodes
     videos: list[Path] = []
     rng = np.random.default_rng(seed)
     net.eval()
@@ -121,7 +123,9 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
             out = run_search(inference, np.stack([observations[i] for i in live]), greedy, rng)
             for i, action in zip(live, out.actions):
                 action = int(action) if out.candidates is None else action  # an index, or a vector
-                obs, reward, terminated, truncated, _ = envs[i].step(action)
+                obs, reward, terminated, truncated, info = envs[i].step(action)
+                if "is_success" in info:
+                    successes[i] = bool(info["is_success"])
                 returns[i] += reward
                 lengths[i] += 1
                 observations[i] = obs
@@ -140,7 +144,9 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
             env.close()
         if bar is not None:
             bar.stop()
-    return Episodes(returns.tolist(), lengths.tolist(), videos)
+    reported = [s for s in successes if s is not None]
+    return Episodes(returns.tolist(), lengths.tolist(), videos,
+                    [bool(s) for s in successes] if len(reported) == episodes else None)
 
 
 def evaluate(net, config, device, episodes: int) -> dict:
@@ -149,9 +155,13 @@ def evaluate(net, config, device, episodes: int) -> dict:
     from ez_robot.schedules import eval_seed
 
     start = time.perf_counter()
-    returns = play(net, config, device, episodes, eval_seed(config)).returns
-    return {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns,
-            "seconds": time.perf_counter() - start}
+    result = play(net, config, device, episodes, eval_seed(config))
+    returns = result.returns
+    out = {"mean": float(np.mean(returns)), "std": float(np.std(returns)), "returns": returns,
+           "seconds": time.perf_counter() - start}
+    if result.successes is not None:
+        out["success_rate"] = float(np.mean(result.successes))
+    return out
 
 
 class _VideoWriter:
@@ -200,11 +210,14 @@ def _progress_bar(enabled: bool, episodes: int):
 
 # --- ez-robot eval ---------------------------------------------------------------------
 
-def summarize(task: str, returns: list[float]) -> dict:
-    """Mean, std, min, max of raw returns; for Atari 100k games also the human-normalized mean."""
+def summarize(task: str, returns: list[float], successes: list[bool] | None = None) -> dict:
+    """Mean, std, min, max of raw returns; for Atari 100k games also the human-normalized
+    mean; the success rate where the env reports ``is_success``."""
     r = np.asarray(returns, np.float64)
     summary = {"episodes": len(r), "mean": float(r.mean()), "std": float(r.std()), "min": float(r.min()),
                "max": float(r.max())}
+    if successes is not None:
+        summary["success_rate"] = float(np.mean(successes))
     normalized = human_normalized(task, summary["mean"])
     if normalized is not None:
         summary["human_normalized"] = normalized
@@ -228,7 +241,7 @@ def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int 
     task = run.config.env.task
     report = {"task": task, "checkpoint": str(run.checkpoint), "seed": seed,
               "agent_steps": run.counters.get("agent_steps"), "env_frames": run.counters.get("env_frames"),
-              "train_steps": run.counters.get("train_steps"), **summarize(task, result.returns),
+              "train_steps": run.counters.get("train_steps"), **summarize(task, result.returns, result.successes),
               "returns": result.returns, "lengths": result.lengths, "videos": [str(v) for v in result.videos],
               "wall_seconds": time.time() - start}
     tmp = run.run_dir / "eval.json.tmp"

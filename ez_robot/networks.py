@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from ez_robot.config import ModelConfig
 from ez_robot.policies import MEAN_BOUND, STD_MIN, ActionSpec
 
-__all__ = ["EfficientZeroNet", "InitialOutput", "RecurrentOutput", "make_network", "value_transform",
+__all__ = ["EfficientZeroNet", "ObservationNormalizer", "InitialOutput", "RecurrentOutput", "make_network", "value_transform",
            "inverse_value_transform", "scalar_to_support", "support_to_scalar", "scale_gradient",
            "policy_log_prob", "policy_entropy"]
 
@@ -139,6 +139,45 @@ class RecurrentOutput(NamedTuple):
     policy_logits: torch.Tensor             # [B, P]
 
 
+class ObservationNormalizer(nn.Module):
+    """Running mean and variance of state observations, applied as (x - mean) / std
+    clipped to +-``clip``.  The statistics are buffers: they travel with the weights (to
+    self-play, the target network, checkpoints and the exported graph, which so takes raw
+    sensor values).  :meth:`update` folds in a batch (Chan et al.'s parallel formula, in
+    float64); until the first update the normalizer is the identity."""
+
+    def __init__(self, dims: int, clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("running_mean", torch.zeros(dims, dtype=torch.float64))
+        self.register_buffer("running_m2", torch.zeros(dims, dtype=torch.float64))
+        self.register_buffer("shift", torch.zeros(dims))  # float32 copies the forward pass reads
+        self.register_buffer("inv_std", torch.ones(dims))
+        self.register_buffer("limit", torch.tensor(float("inf")))  # the clip, from the first update on
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Folds the rows of ``x`` [N, D] into the statistics."""
+        x = x.detach().reshape(-1, self.shift.numel()).to(torch.float64)
+        n = x.shape[0]
+        if n == 0:
+            return
+        batch_mean = x.mean(0)
+        batch_m2 = ((x - batch_mean) ** 2).sum(0)
+        total = self.count + n
+        delta = batch_mean - self.running_mean
+        self.running_mean += delta * (n / total)
+        self.running_m2 += batch_m2 + delta ** 2 * (self.count * n / total)
+        self.count.copy_(total)
+        self.shift.copy_(self.running_mean.float())
+        self.inv_std.copy_((self.running_m2 / total + self.eps).rsqrt().float())
+        self.limit.fill_(self.clip)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.minimum(torch.maximum((x - self.shift) * self.inv_std, -self.limit), self.limit)
+
+
 # --- the network -------------------------------------------------------------------
 
 class EfficientZeroNet(nn.Module):
@@ -210,6 +249,7 @@ class EfficientZeroNet(nn.Module):
         # a 4-state MDP the BN model mixed up rewards of the two actions after 300 steps;
         # LayerNorm has no train/eval difference.  (The pixel ResNet keeps the paper's BN.)
         ln = nn.LayerNorm
+        self.normalizer = ObservationNormalizer(dims) if c.normalize_obs else None
         self.representation = nn.Sequential(_mlp([dims, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln), nn.ReLU())
         self.dynamics_mlp = _mlp([c.latent_dim + self.action_inputs, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln)
         self.reward_conv = nn.Identity()
@@ -234,6 +274,8 @@ class EfficientZeroNet(nn.Module):
     def represent(self, obs: torch.Tensor) -> torch.Tensor:
         """H: observations (uint8 pixels or float states) -> hidden state."""
         x = obs.float() / 255.0 if self.pixels else obs.float()
+        if getattr(self, "normalizer", None) is not None:
+            x = self.normalizer(x)
         return self.representation(x)
 
     def predict(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -93,7 +93,10 @@ def test_a_budget_too_small_to_start_training_is_refused():
 
 def test_every_preset_loads():
     names = sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
-    assert names == ["atari", "classic", "dmc_pixels", "dmc_state"]
-    for task, obs in [("atari:Pong", "pixels"), ("gym:CartPole-v1", "state"), ("walker_walk", "pixels"),
-                      ("walker_walk", "state")]:
-        assert isinstance(load_config(task, obs=obs), Config)
+    assert names == ["atari", "classic", "custom", "dmc_pixels", "dmc_state", "gym_mujoco"]
+    for task, obs, preset in [("atari:Pong", "pixels", "atari"), ("gym:CartPole-v1", "state", "classic"),
+                              ("walker_walk", "pixels", "dmc_pixels"), ("walker_walk", "state", "dmc_state"),
+                              ("gym:Pendulum-v1", "state", "classic"), ("gym:Hopper-v5", "state", "gym_mujoco"),
+                              ("gym:FrozenLake-v1", "state", "custom")]:
+        config = load_config(task, obs=obs)
+        assert config.preset == f"{preset}.yaml"

@@ -6,14 +6,14 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from ez_robot import envs
-from ez_robot.envs.dmc import discrete_action_table
+from ez_robot.envs.wrappers import discrete_action_table
 
 
 @pytest.mark.parametrize("task,obs", [("cartpole_swingup", "state"), ("cartpole_swingup", "pixels"),
                                       ("reacher_easy", "state"), ("gym:CartPole-v1", "state")])
 def test_check_env_passes(task, obs):
     env = envs.make(task, seed=0, obs=obs)
-    check_env(env.unwrapped if task.startswith("gym:") else env, skip_render_check=True)
+    check_env(env, skip_render_check=True)
 
 
 def test_discretizer_round_trip():
@@ -32,7 +32,7 @@ def test_discretizer_round_trip():
 
 def test_dmc_discrete_actions_reach_the_simulator():
     env = envs.make("ball_in_cup_catch", seed=0)  # 2 action dims
-    assert env.action_space.n == 25 and env.action_repeat == 4
+    assert env.action_space.n == 25 and env.unwrapped.action_repeat == 4
     env.reset(seed=0)
     env.step(24)
     np.testing.assert_allclose(env.unwrapped._env.physics.data.ctrl, env.action_high)
@@ -109,9 +109,9 @@ def test_too_many_discrete_actions_says_what_to_lower():
 def test_continuous_actions_are_a_normalized_box_mapped_onto_the_bounds():
     env = envs.make("walker_walk")  # auto: 5^6 joint actions do not fit, so gaussian
     assert env.action_space.shape == (6,) and env.action_space.low.min() == -1 and env.action_space.high.max() == 1
-    np.testing.assert_allclose(env.unwrapped.continuous_action(np.full(6, 1.0)), env.unwrapped.action_high)
-    np.testing.assert_allclose(env.unwrapped.continuous_action(np.zeros(6)),
-                               (env.unwrapped.action_low + env.unwrapped.action_high) / 2)
+    np.testing.assert_allclose(env.action(np.full(6, 1.0)), env.action_high)
+    np.testing.assert_allclose(env.action(np.zeros(6)), (env.action_low + env.action_high) / 2, atol=1e-7)
+    np.testing.assert_allclose(env.action(np.full(6, 3.0)), env.action_high)  # clipped
     env.reset(seed=0)
     obs, reward, terminated, truncated, _ = env.step(np.zeros(6, np.float32))
     assert obs.shape == env.observation_space.shape

@@ -20,7 +20,7 @@ from ez_robot import search
 from ez_robot.builders import EnvSpec
 from ez_robot.config import load_config
 from ez_robot.envs import make_from_config
-from ez_robot.envs.dmc import discrete_action_table
+from ez_robot.envs.wrappers import discrete_action_table
 from ez_robot.export import onnx_export
 from ez_robot.export.onnx_export import ExportError, export_model, export_run
 from ez_robot.export.runtime import BUNDLE_FORMAT, BundleError, ObservationError, Policy
@@ -118,7 +118,8 @@ def test_export_writes_a_validated_bundle_with_its_manifest(state):
     assert (manifest["format"], manifest["format_version"]) == BUNDLE_FORMAT
     assert manifest["ez_robot_version"] == ez_robot.__version__ and manifest["opset"] == onnx_export.OPSET
     assert manifest["task"] == "cartpole_swingup" and manifest["counters"]["agent_steps"] == 123
-    assert manifest["observation"] == {"shape": [5], "dtype": "float32", "kind": "state"}
+    assert manifest["observation"] == {"shape": [5], "dtype": "float32", "kind": "state", "layout": None,
+                                       "normalized_in_graph": False}
     action = manifest["action"]
     assert action["kind"] == "continuous" and action["num_actions"] == 5 and action["bins_per_dim"] == 5
     assert action["low"] == [-1.0] and action["high"] == [1.0]

@@ -1,0 +1,135 @@
+"""A user's own env: ``--task package.module:factory`` or ``--task path/to/file.py:factory``.
+
+The factory is any callable that returns a ``gymnasium.Env``; ``env.kwargs`` (``--set
+env.kwargs.NAME=VALUE``) are its keyword arguments.  Every part of ez-robot that needs the
+env (training, every Ray worker, eval, export, run) makes it through :func:`make_custom`,
+so each gets the same robot.  A factory whose signature takes ``render_mode`` gets
+``"rgb_array"`` where frames are recorded (``eval --video``, ``run --video``).
+
+Each mistake a user can make here is a :class:`ez_robot.errors.ConfigError` that says
+what is wrong: a file or module that is not there, a name the module does not define, a
+factory that raises (with where), or one that returns something other than an Env.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from pathlib import Path
+from typing import Callable
+
+import gymnasium as gym
+
+from ez_robot.errors import ConfigError
+
+__all__ = ["is_custom_task", "split_task", "load_factory", "make_custom", "absolute_task"]
+
+
+def is_custom_task(task: str) -> bool:
+    """``module:factory`` or ``file.py:factory`` (not ``atari:`` or ``gym:``)."""
+    return ":" in task and not task.startswith(("atari:", "gym:"))
+
+
+def split_task(task: str) -> tuple[str, str]:
+    """``"pkg.mod:make"`` -> ``("pkg.mod", "make")``; the last colon splits (Windows paths)."""
+    source, _, name = task.rpartition(":")
+    if not source or not name or not name.replace(".", "_").isidentifier():
+        raise ConfigError(f"bad task {task!r}: a custom task is package.module:factory or path/to/file.py:factory")
+    return source, name
+
+
+def absolute_task(task: str) -> str:
+    """A file task with its path made absolute (Ray workers and resumed runs may start in
+    another directory); module tasks as they are."""
+    source, name = split_task(task)
+    if source.endswith(".py"):
+        return f"{Path(source).expanduser().resolve()}:{name}"
+    return task
+
+
+def load_factory(task: str) -> Callable[..., gym.Env]:
+    source, name = split_task(task)
+    module = _load_file(source) if source.endswith(".py") else _load_module(source)
+    factory = module
+    for part in name.split("."):
+        if not hasattr(factory, part):
+            options = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+            close = difflib.get_close_matches(part, options, n=3, cutoff=0.5)
+            hint = f"; did you mean: {', '.join(close)}?" if close else \
+                f"; it defines: {', '.join(options[:12]) or 'no public callables'}"
+            raise ConfigError(f"{source} has no {name!r}{hint}")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise ConfigError(f"{source}:{name} is a {type(factory).__name__}, not a callable that makes an env")
+    return factory
+
+
+def make_custom(task: str, kwargs: dict, *, render: bool = False) -> gym.Env:
+    """Calls the task's factory with ``kwargs`` (plus ``render_mode="rgb_array"`` when
+    ``render`` and the factory takes it) and checks that it gave an Env."""
+    factory = load_factory(task)
+    kwargs = dict(kwargs)
+    if render and "render_mode" not in kwargs and _takes(factory, "render_mode"):
+        kwargs["render_mode"] = "rgb_array"
+    call = f"{task.rpartition(':')[2]}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+    try:
+        env = factory(**kwargs)
+    except Exception as error:  # noqa: BLE001 - the user's code: report it, with where
+        raise ConfigError(f"{call} raised {type(error).__name__}: {error}{_where(error)}") from error
+    if not isinstance(env, gym.Env):
+        raise ConfigError(f"{call} returned a {type(env).__name__}, not a gymnasium.Env (a factory must return "
+                          f"the env it makes; a gym.Env subclass or a gymnasium wrapper of one)")
+    return env
+
+
+def _takes(factory, parameter: str) -> bool:
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return False
+    return parameter in signature.parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+
+
+def _load_module(source: str):
+    try:
+        return importlib.import_module(source)
+    except ModuleNotFoundError as error:
+        if error.name and source.startswith(error.name):  # the module itself (or its package) is missing
+            raise ConfigError(f"no module named {source!r} (from the task {source}:...): install the package, "
+                              f"add its directory to PYTHONPATH, or name the file, path/to/file.py:factory") from None
+        raise ConfigError(f"importing {source} failed: {error}{_where(error)}") from error
+    except Exception as error:  # noqa: BLE001 - the user's module raised while importing
+        raise ConfigError(f"importing {source} raised {type(error).__name__}: {error}{_where(error)}") from error
+
+
+def _load_file(source: str):
+    path = Path(source).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"no file {source} (resolved to {path}) for the task {source}:...")
+    name = f"ez_robot_task_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"  # the same in every process
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before exec: dataclasses and pickling look the module up
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001
+        del sys.modules[name]
+        raise ConfigError(f"loading {source} raised {type(error).__name__}: {error}{_where(error)}") from error
+    return module
+
+
+def _where(error: BaseException) -> str:
+    """' (at file:line)': the innermost frame of the traceback, where the user's code failed."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename).resolve() != Path(__file__).resolve()
+              and "importlib" not in f.filename]
+    if not frames:  # it failed in the call itself (a bad keyword argument)
+        return ""
+    frame = frames[-1]
+    return f" (at {frame.filename}:{frame.lineno})"

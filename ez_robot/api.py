@@ -1,0 +1,251 @@
+"""The Python API: train, load a trained run and act with it, evaluate, export.  The
+command line (``ez-robot train``, ``eval``, ``export``) calls these functions.
+
+    import ez_robot
+
+    run_dir = ez_robot.train("examples/arm/reach_arm.py:make_arm", budget="20k")
+    agent = ez_robot.load(run_dir)
+    obs, _ = env.reset()
+    action = agent.act(obs)            # in the env's own action space
+    ez_robot.export_bundle(run_dir)    # ONNX networks + bundle for the onboard runtime
+
+A task is a name (``cartpole_swingup``, ``gym:Hopper-v5``, ``pkg.module:factory``,
+``path/to/file.py:factory``) or a module-level factory function itself.  Mistakes a user
+can fix raise :class:`ez_robot.errors.EzRobotError` subclasses with the remedy in words.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from ez_robot.errors import ConfigError
+
+__all__ = ["train", "TrainingSession", "load", "Agent", "evaluate", "export_bundle", "task_name"]
+
+
+def task_name(task: str | Callable) -> str:
+    """The task string of a task given as a name or as a factory function (``module:name``,
+    or ``file.py:name`` for a function of the script being run)."""
+    if isinstance(task, str):
+        return task
+    if not callable(task):
+        raise ConfigError(f"a task is a name or a factory function, got {type(task).__name__}")
+    qualname = getattr(task, "__qualname__", "")
+    module = getattr(task, "__module__", None)
+    if not qualname or "<" in qualname or module is None:  # a lambda or a function defined inside another
+        raise ConfigError(f"{task!r} cannot be made again in another process: give a function defined at the top "
+                          f"level of a module or script (or its name, pkg.module:factory)")
+    if module == "__main__":
+        path = getattr(sys.modules["__main__"], "__file__", None)
+        if path is None:
+            raise ConfigError(f"{qualname} is defined in an interactive session: put it in a file and give "
+                              f"path/to/file.py:{qualname}")
+        return f"{Path(path).resolve()}:{qualname}"
+    path = getattr(sys.modules.get(module), "__file__", None)
+    if path and (module.startswith("ez_robot_task_") or "." not in module) and "site-packages" not in path:
+        # a file loaded by path, or a top-level script module (found through a sys.path entry
+        # that Ray workers do not have): the file itself
+        return f"{Path(path).resolve()}:{qualname}"
+    return f"{module}:{qualname}"
+
+
+def train(task: str | Callable | None = None, *, budget: str | int | None = None, seed: int | None = None,
+          obs: str | None = None, overrides: Iterable[str] = (), env_kwargs: Mapping[str, Any] | None = None,
+          run_dir: str | Path | None = None, resume: str | Path | None = None, workers: int | None = None,
+          reanalyze_workers: int | None = None, address: str | None = None, gpus: float | None = None,
+          device: str = "auto", num_envs: int = 1, checkpoint_interval: int = 1000, replay_checkpoint: bool = True,
+          threads: int = 1, progress: bool = True, log: Callable[[str], None] | None = print) -> Path:
+    """Trains an agent on ``task`` (or goes on with the run in ``resume``) and returns the
+    run directory.
+
+    ``overrides``: ``"section.key=value"`` strings (``--set``); ``env_kwargs``: keyword
+    arguments of a factory or gym task's env.  ``workers``: self-play workers on Ray
+    (default 1; 0 runs everything in this process without Ray; a resumed run keeps its
+    trainer).  ``seed`` and ``obs`` default to 0 and states (a resumed run keeps its own).
+    ``log`` gets the start and end lines (None: quiet).  Ctrl-C stops it with a checkpoint
+    that ``resume`` continues."""
+    session = TrainingSession.prepare(
+        task, budget=budget, seed=seed, obs=obs, overrides=overrides, env_kwargs=env_kwargs, run_dir=run_dir,
+        resume=resume, workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus,
+        device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval,
+        replay_checkpoint=replay_checkpoint, threads=threads, progress=progress)
+    session.run(log)
+    return session.run_dir
+
+
+class TrainingSession:
+    """A checked training request: the resolved config, the run directory, the trainer
+    (``workers``; 0 is the single-process one) and its options.  :meth:`prepare` raises for
+    every mistake before anything starts; :meth:`run` trains."""
+
+    def __init__(self, config, run_dir: Path, state: dict | None, workers: int, options: dict):
+        self.config, self.run_dir, self.state, self.workers, self.options = config, run_dir, state, workers, options
+
+    @classmethod
+    def prepare(cls, task=None, *, budget=None, seed=None, obs=None, overrides=(), env_kwargs=None, run_dir=None,
+                resume=None, workers=None, reanalyze_workers=None, address=None, gpus=None, device="auto",
+                num_envs=1, checkpoint_interval=1000, replay_checkpoint=True, threads=1,
+                progress=True) -> "TrainingSession":
+        from ez_robot import envs
+        from ez_robot.checkpoint import checkpoint_path, read_checkpoint, resume_config
+        from ez_robot.config import load_config
+        from ez_robot.trainer import check_resumable
+
+        ray_only = {"address": address, "gpus": gpus, "reanalyze_workers": reanalyze_workers}
+        given = [name for name, value in ray_only.items() if value is not None]
+        if workers == 0 and given:
+            raise ConfigError(f"--{given[0].replace('_', '-')} is for the Ray trainer; --workers 0 (workers=0) runs "
+                              f"without Ray")
+        extra = [f"env.kwargs.{name}={_yaml(value)}" for name, value in (env_kwargs or {}).items()]
+        state = None
+        if resume is not None:
+            state = read_checkpoint(resume)
+            saved = state["config"]
+            if task is not None and _absolute(task_name(task)) != saved["env"]["task"]:
+                raise ConfigError(f"the task {task_name(task)} differs from the run's task {saved['env']['task']}")
+            for name, value, was in (("obs", obs, saved["env"]["obs"]), ("seed", seed, saved["seed"])):
+                if value is not None and value != was:
+                    raise ConfigError(f"--{name} {value} differs from the run's {name} {was}; a resumed run keeps it")
+            if run_dir is not None and Path(run_dir).resolve() != Path(resume).resolve():
+                raise ConfigError("the run directory and the run to resume differ; a run resumes in its own")
+            config = resume_config(state, budget=budget, overrides=[*overrides, *extra])
+            check_resumable(config, state, resume, replay_checkpoint)
+            run_dir = Path(resume)
+            if workers is None:  # the run keeps its trainer unless asked for another
+                workers = 0 if state["trainer"] == "single" and not given else 1
+        else:
+            if task is None:
+                raise ConfigError("give a task (or resume=RUN_DIR to continue a run)")
+            name = task_name(task)
+            envs.validate_task(name)
+            config = load_config(name, obs=obs or "state", budget=budget, seed=0 if seed is None else seed,
+                                 overrides=[*overrides, *extra])
+            run_dir = Path(run_dir or f"runs/{_slug(config.env.task)}-{time.strftime('%Y%m%d-%H%M%S')}")
+            if checkpoint_path(run_dir).exists():
+                raise ConfigError(f"{run_dir} already holds a run; continue it with --resume {run_dir} (resume=...), "
+                                  "or give another run directory")
+        workers = 1 if workers is None else workers
+        options = dict(device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval, progress=progress,
+                       threads=threads, resume=state, replay_checkpoint=replay_checkpoint)
+        if workers > 0:
+            options.update(workers=workers, **ray_only)
+        return cls(config, Path(run_dir), state, workers, options)
+
+    def run(self, log: Callable[[str], None] | None = print) -> dict:
+        """Trains; returns the trainer's summary."""
+        log = log or (lambda line: None)
+        if self.workers == 0:
+            from ez_robot.trainer import train as run_training
+        else:
+            from ez_robot.ray_trainer import train as run_training
+        config = self.config
+        if self.state is None:
+            log(f"run directory: {self.run_dir}  ({config.agent_steps_budget} agent steps = "
+                f"{config.env_frames_budget} env frames; budget counts {config.env.budget_unit})")
+        else:
+            c = self.state["counters"]
+            log(f"resuming {self.run_dir} ({'single-process' if self.workers == 0 else 'Ray'} trainer) at "
+                f"{c['agent_steps']} agent steps and {c['train_steps']} training steps (budget "
+                f"{config.agent_steps_budget} agent steps)")
+        summary = run_training(config, self.run_dir, **self.options)
+        last = summary["last_eval"]
+        line = f"last evaluation: {last.get('mean', 'none')}"
+        if "success_rate" in last:
+            line += f", success rate {last['success_rate']:.0%}"
+        log(f"done: {summary['agent_steps']} agent steps, {summary['train_steps']} training steps, "
+            f"{summary['wall_seconds']:.0f} s; {line}")
+        return summary
+
+
+def _absolute(task: str) -> str:
+    from ez_robot.envs.custom import absolute_task, is_custom_task
+
+    return absolute_task(task) if is_custom_task(task) else task
+
+
+def _yaml(value: Any) -> str:
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def _slug(task: str) -> str:
+    """A run directory name for a task: ``gym-Hopper-v5``, ``reach_arm-make_arm``."""
+    from ez_robot.envs.custom import is_custom_task, split_task
+
+    if is_custom_task(task):
+        source, name = split_task(task)
+        return f"{Path(source).stem if source.endswith('.py') else source.rsplit('.', 1)[-1]}-{name}"
+    return task.replace(":", "-")
+
+
+class Agent:
+    """A trained run's search policy, acting on the observations of the task's own env
+    (a Dict observation as the env gives it) and answering in that env's action space: a
+    vector within its Box bounds, or a discrete index.  Each call runs the greedy search
+    of ``ez-robot eval`` (no root noise, temperature 0)."""
+
+    def __init__(self, run):
+        from ez_robot.envs import make_from_config
+        from ez_robot.envs.wrappers import FlatObservations, find_wrapper, _BoxActions
+        from ez_robot.inference import TorchInference, search_config
+
+        self.run_dir, self.config, self.net = run.run_dir, run.config, run.net
+        self.task = run.config.env.task
+        self.counters = run.counters
+        env = make_from_config(run.config.env, seed=0, mode="train")
+        try:
+            self._flatten = find_wrapper(env, FlatObservations)
+            self._actions = find_wrapper(env, _BoxActions)
+            self.observation_space = (self._flatten.raw_observation_space if self._flatten is not None
+                                      else env.observation_space)
+            self.action_space = self._actions.env.action_space if self._actions is not None else env.action_space
+        finally:
+            env.close()
+        device = next(run.net.parameters()).device
+        self._inference = TorchInference(run.net, device)
+        self._search = search_config(run.config).replace(add_noise=False, temperature=0.0)
+        self._rng = np.random.default_rng(0)
+
+    def act(self, observation) -> np.ndarray | int:
+        """The action for one observation of the task's env."""
+        from ez_robot.inference import run_search
+
+        flat = self._flatten.observation(observation) if self._flatten is not None else np.asarray(observation)
+        out = run_search(self._inference, flat[None], self._search, self._rng)
+        action = out.actions[0] if out.candidates is not None else int(out.actions[0])
+        return self._actions.action(action) if self._actions is not None else action
+
+    def __repr__(self) -> str:
+        return f"Agent({self.task!r}, {self.counters.get('agent_steps')} agent steps, from {self.run_dir})"
+
+
+def load(run_dir: str | Path, checkpoint: str | Path | None = None, device: str = "cpu") -> Agent:
+    """The agent of a run directory (its latest checkpoint, or ``checkpoint``)."""
+    from ez_robot.device import resolve_device
+    from ez_robot.evaluation import load_run
+
+    return Agent(load_run(run_dir, checkpoint, resolve_device(device)))
+
+
+def evaluate(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, video: int = 0,
+             checkpoint: str | Path | None = None, device: str = "auto", progress: bool = False) -> dict:
+    """Greedy-search episodes of a run (as ``ez-robot eval``); returns and writes ``eval.json``."""
+    from ez_robot.evaluation import evaluate_run
+
+    return evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video, device=device,
+                        progress=progress)
+
+
+def export_bundle(run_dir: str | Path, out: str | Path | None = None, *, checkpoint: str | Path | None = None,
+           observations: int = 32) -> Path:
+    """Exports a run as a bundle (default ``RUN_DIR/bundle``), checked against torch; returns
+    the bundle directory."""
+    from ez_robot.export.onnx_export import export_run
+
+    export_run(run_dir, out, checkpoint=checkpoint, observations=observations)
+    return Path(out) if out is not None else Path(run_dir) / "bundle"

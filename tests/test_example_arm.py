@@ -1,0 +1,108 @@
+"""The example robot examples/arm/reach_arm.py: API checks, determinism and task sanity."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("example_reach_arm", ROOT / "examples" / "arm" / "reach_arm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+arm = _load()
+
+
+def _success_rate(policy, episodes=20, **kwargs):
+    env = arm.make_arm(**kwargs)
+    wins = 0
+    for seed in range(episodes):
+        env.reset(seed=1000 + seed)
+        truncated, info = False, {}
+        while not truncated:
+            _, _, terminated, truncated, info = env.step(policy(env))
+            assert not terminated
+        wins += bool(info["is_success"])
+    return wins / episodes
+
+
+@pytest.mark.parametrize("joints", [1, 3, 8])
+def test_check_env_passes(joints):
+    env = arm.make_arm(joints=joints)
+    check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_check_env_with_rendering():
+    env = arm.make_arm(render_mode="rgb_array")
+    try:
+        check_env(env.unwrapped)
+        env.reset(seed=0)
+        frame = env.render()
+        assert frame.shape == (240, 320, 3) and frame.dtype == np.uint8
+        assert frame.std() > 0  # not a blank image
+    finally:
+        env.close()
+
+
+def test_spaces_and_control_period():
+    env = arm.make_arm(joints=4)
+    assert env.action_space.shape == (4,)
+    assert list(env.observation_space.spaces) == ["fingertip", "joints", "target", "velocities"]
+    shapes = {k: s.shape for k, s in env.observation_space.spaces.items()}
+    assert shapes == {"fingertip": (2,), "joints": (8,), "target": (2,), "velocities": (4,)}
+    obs, _ = env.reset(seed=0)
+    assert list(obs) == list(env.observation_space.spaces)
+    assert env.unwrapped.control_period == pytest.approx(0.04)
+    assert arm.ReachArm(frame_skip=2).control_period == pytest.approx(0.02)
+
+
+def test_reset_is_deterministic_given_the_seed():
+    a, b = arm.make_arm(), arm.make_arm()
+    obs_a, _ = a.reset(seed=7)
+    obs_b, _ = b.reset(seed=7)
+    for key in obs_a:
+        np.testing.assert_array_equal(obs_a[key], obs_b[key])
+    np.testing.assert_array_equal(a.target, b.target)
+    targets = {tuple(a.reset(seed=s)[0]["target"]) for s in range(10)}
+    assert len(targets) == 10
+    for s in range(50):  # targets lie in the reachable annulus
+        radius = np.linalg.norm(a.reset(seed=s)[0]["target"])
+        assert arm.TARGET_MIN_RADIUS - 1e-6 <= radius <= arm.TARGET_MAX_RADIUS + 1e-6
+
+
+def test_truncates_after_max_steps_and_never_terminates():
+    env = arm.make_arm(max_steps=13)
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for t in range(1, 14):
+        _, reward, terminated, truncated, info = env.step(rng.uniform(-2, 2, 3))  # out of bounds: clipped
+        assert not terminated
+        assert truncated == (t == 13)
+        assert np.isfinite(reward) and set(info) >= {"distance", "is_success"}
+        assert reward <= -info["distance"]
+
+
+def test_scripted_controller_solves_the_task_and_doing_nothing_does_not():
+    assert _success_rate(arm.scripted_action) >= 0.9
+    assert _success_rate(lambda env: np.zeros(env.action_space.shape, np.float32)) <= 0.3
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"joints": 0}, "joints"), ({"joints": 9}, "joints"), ({"joints": 2.5}, "joints"),
+    ({"max_steps": 0}, "max_steps"), ({"success_radius": -0.1}, "success_radius"),
+    ({"render_mode": "human"}, "render_mode"),
+])
+def test_bad_arguments_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        arm.make_arm(**kwargs)
+
+
+def test_bad_frame_skip_raises():
+    with pytest.raises(ValueError, match="frame_skip"):
+        arm.ReachArm(frame_skip=0)

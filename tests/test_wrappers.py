@@ -1,0 +1,108 @@
+"""The public action-mode and observation wrappers, on their own and as the registry uses
+them: check_env on every path, bounds taken from the env's Box, flattening order, errors."""
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.utils.env_checker import check_env
+
+from ez_robot import envs
+from ez_robot.envs.wrappers import (FactorizedActions, FlatObservations, JointDiscreteActions, NormalizedActions,
+                                    RepeatAction, observation_layout)
+from ez_robot.errors import ConfigError, ObservationError
+from tests.custom_envs import PointEnv, make_point
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda env: JointDiscreteActions(env, bins=5),
+    lambda env: NormalizedActions(env),
+    lambda env: FactorizedActions(env, bins=7),
+    lambda env: RepeatAction(NormalizedActions(env), 3),
+], ids=["joint", "normalized", "factorized", "repeat"])
+def test_action_wrappers_pass_check_env_on_their_own(wrap):
+    check_env(wrap(gym.make("Pendulum-v1")), skip_render_check=True)
+
+
+@pytest.mark.parametrize("task,options", [
+    ("gym:Pendulum-v1", {}), ("gym:Pendulum-v1", {"action_mode": "gaussian"}),
+    ("gym:MountainCarContinuous-v0", {"action_mode": "factorized"}), ("gym:Hopper-v5", {"action_mode": "gaussian"}),
+    ("tests.custom_envs:make_point", {}), ("tests.custom_envs:make_point", {"action_mode": "gaussian"}),
+])
+def test_every_registry_path_passes_check_env(task, options):
+    env = envs.make(task, seed=0, **options)
+    check_env(env, skip_render_check=True)
+    clone = pickle.loads(pickle.dumps(env))  # Ray ships what it is given by pickling
+    np.testing.assert_array_equal(clone.reset(seed=3)[0], env.reset(seed=3)[0])
+
+
+def test_joint_bins_span_the_bounds_of_the_box():
+    env = JointDiscreteActions(make_point(), bins=3)  # bounds [-2, 2]
+    assert env.action_space == spaces.Discrete(9)
+    np.testing.assert_allclose(env.action(0), [-2, -2])
+    np.testing.assert_allclose(env.action(8), [2, 2])
+    np.testing.assert_allclose(env.action(5), [0, 2])  # digit 0 is dimension 0
+    assert {tuple(env.action(i)) for i in range(9)} == {(a, b) for a in (-2, 0, 2) for b in (-2, 0, 2)}
+    with pytest.raises(ValueError, match="not in Discrete"):
+        env.action(9)
+
+
+def test_normalized_actions_map_linearly_onto_the_bounds_and_clip():
+    env = NormalizedActions(make_point())
+    assert env.action_space == spaces.Box(-1, 1, (2,), np.float32)
+    np.testing.assert_allclose(env.action(np.array([-1.0, 1.0])), [-2, 2])
+    np.testing.assert_allclose(env.action(np.array([0.25, 5.0])), [0.5, 2])
+    with pytest.raises(ValueError, match="finite vector of shape"):
+        env.action(np.array([np.nan, 0.0]))
+
+
+def test_factorized_actions_pick_each_dimension_s_value():
+    env = FactorizedActions(make_point(), bins=5)
+    assert env.action_space == spaces.MultiDiscrete([5, 5])
+    np.testing.assert_allclose(env.action(np.array([0, 4])), [-2, 2])
+    np.testing.assert_allclose(env.action(np.array([2, 3])), [0, 1])
+    with pytest.raises(ValueError, match="not in MultiDiscrete"):
+        env.action(np.array([5, 0]))
+
+
+def test_dict_observations_flatten_in_the_space_order():
+    env = FlatObservations(make_point())
+    assert list(env.raw_observation_space.spaces) == ["goal", "position"]  # a plain dict's keys are sorted
+    assert observation_layout(env.raw_observation_space) == [
+        {"key": "goal", "shape": [2], "start": 0, "size": 2}, {"key": "position", "shape": [2], "start": 2, "size": 2}]
+    obs, _ = env.reset(seed=0)
+    raw = env.env.unwrapped._obs()
+    np.testing.assert_array_equal(obs, np.concatenate([raw["goal"], raw["position"]]))
+    assert obs.dtype == np.float32 and env.observation_space.shape == (4,)
+
+
+def test_an_observation_that_changes_shape_is_a_clear_error():
+    env = envs.make("tests.custom_envs:make_shape_changer", seed=0)
+    env.reset(seed=0)
+    env.step(env.action_space.sample())
+    env.step(env.action_space.sample())
+    with pytest.raises(ObservationError, match=r"observation\['goal'\] of shape \(3,\).*says \(2,\)"):
+        env.step(env.action_space.sample())
+
+
+@pytest.mark.parametrize("factory,message", [
+    ("make_multidiscrete", "MultiDiscrete.*not supported"),
+    ("make_unbounded", "unbounded actions"),
+    ("make_tuple_observations", "Tuple.*observations are not supported"),
+])
+def test_spaces_we_cannot_handle_are_refused_by_name(factory, message):
+    with pytest.raises(ConfigError, match=message):
+        envs.make(f"tests.custom_envs:{factory}")
+
+
+def test_repeat_action_sums_rewards_and_stops_at_the_episode_end():
+    env = RepeatAction(NormalizedActions(make_point(horizon=5)), 3)
+    env.reset(seed=0)
+    _, reward, _, truncated, info = env.step(np.zeros(2))
+    assert info["env_frames"] == 3 and not truncated
+    _, _, _, truncated, info = env.step(np.zeros(2))
+    assert info["env_frames"] == 2 and truncated  # 5 steps: the second decision stops after 2
+    single = PointEnv(horizon=5)
+    single.reset(seed=0)
+    assert reward == pytest.approx(sum(single.step(np.zeros(2))[1] for _ in range(3)))
