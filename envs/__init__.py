@@ -30,10 +30,11 @@ import gymnasium as gym
 import numpy as np
 
 from ez_robot.envs.custom import is_custom_task, make_custom
-from ez_robot.envs.wrappers import FlatObservations, JointDiscreteActions, NormalizedActions, RepeatAction, action_bounds
+from ez_robot.envs.wrappers import (FlatObservations, JointDiscreteActions, NormalizedActions, RepeatAction, ScaleReward,
+                                    action_bounds)
 from ez_robot.errors import ConfigError, UnknownTaskError
 
-__all__ = ["make", "make_from_config", "render_frame", "task_names", "action_dims", "task_kind", "gym_family", "control_period",
+__all__ = ["make", "make_from_config", "render_frame", "task_names", "action_dims", "task_kind", "task_slug", "gym_family", "control_period",
            "UnknownTaskError", "CLASSIC_TASKS", "MUJOCO_TASKS"]
 
 CLASSIC_TASKS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "MountainCarContinuous-v0")
@@ -66,6 +67,19 @@ def task_kind(task: str) -> str:
     if is_custom_task(task):
         return "custom"
     return "dmc"
+
+
+def task_slug(task: str) -> str:
+    """A file or directory name for a task: ``gym-Hopper-v5``, ``atari-Pong``,
+    ``reach_arm-make_arm`` (a factory: its file or module's last part, and its name)."""
+    if is_custom_task(task):
+        from ez_robot.envs.custom import split_task
+
+        source, name = split_task(task)
+        stem = source.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py") if source.endswith(".py") \
+            else source.rsplit(".", 1)[-1]
+        return f"{stem}-{name}"
+    return task.replace(":", "-").replace("/", "-")
 
 
 def gym_family(task: str) -> str:
@@ -146,10 +160,10 @@ def make_from_config(env_config, *, seed: int | None = None, mode: str = "train"
     if kind == "atari":
         from ez_robot.envs.atari import make_atari
 
-        return make_atari(task[6:], seed=seed, mode=mode, frame_size=env_config.frame_size,
-                          frame_stack=env_config.frame_stack, frame_skip=env_config.action_repeat,
-                          noop_max=env_config.noop_max, max_episode_frames=env_config.max_episode_frames)
-    if kind == "dmc":
+        env = make_atari(task[6:], seed=seed, mode=mode, frame_size=env_config.frame_size,
+                         frame_stack=env_config.frame_stack, frame_skip=env_config.action_repeat,
+                         noop_max=env_config.noop_max, max_episode_frames=env_config.max_episode_frames)
+    elif kind == "dmc":
         from ez_robot.envs.dmc import DMControlEnv
 
         domain, name = _dmc_tasks()[task]
@@ -163,6 +177,8 @@ def make_from_config(env_config, *, seed: int | None = None, mode: str = "train"
         if env_config.action_repeat > 1:
             env = RepeatAction(env, env_config.action_repeat)
     env = _action_mode_wrapper(env, env_config)
+    if mode == "train" and env_config.reward_scale != 1.0:  # evaluation reports the task's own returns
+        env = ScaleReward(env, env_config.reward_scale)
     env.action_space.seed(seed)
     return env
 

@@ -33,6 +33,7 @@ from gymnasium import spaces
 from ez_robot.errors import ConfigError, ObservationError
 
 __all__ = ["JointDiscreteActions", "NormalizedActions", "FactorizedActions", "FlatObservations", "RepeatAction",
+           "ScaleReward",
            "discrete_action_table", "action_bounds", "observation_layout", "find_wrapper"]
 
 
@@ -181,6 +182,18 @@ class RepeatAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
             if terminated or truncated:
                 break
         return obs, total, terminated, truncated, {**info, "env_frames": frames}
+
+
+class ScaleReward(gym.RewardWrapper, gym.utils.RecordConstructorArgs):
+    """Rewards multiplied by ``scale`` (``env.reward_scale``, training envs only)."""
+
+    def __init__(self, env: gym.Env, scale: float):
+        gym.utils.RecordConstructorArgs.__init__(self, scale=scale)
+        super().__init__(env)
+        self.scale = float(scale)
+
+    def reward(self, reward):
+        return float(reward) * self.scale
 
 
 def flatten_observation(space: gym.Space, observation, what: str = "the env") -> np.ndarray:

@@ -124,7 +124,7 @@ class TrainingSession:
             envs.validate_task(name)
             config = load_config(name, obs=obs or "state", budget=budget, seed=0 if seed is None else seed,
                                  overrides=[*overrides, *extra])
-            run_dir = Path(run_dir or f"runs/{_slug(config.env.task)}-{time.strftime('%Y%m%d-%H%M%S')}")
+            run_dir = Path(run_dir or f"runs/{envs.task_slug(config.env.task)}-{time.strftime('%Y%m%d-%H%M%S')}")
             if checkpoint_path(run_dir).exists():
                 raise ConfigError(f"{run_dir} already holds a run; continue it with --resume {run_dir} (resume=...), "
                                   "or give another run directory")
@@ -171,16 +171,6 @@ def _yaml(value: Any) -> str:
     import yaml
 
     return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
-
-
-def _slug(task: str) -> str:
-    """A run directory name for a task: ``gym-Hopper-v5``, ``reach_arm-make_arm``."""
-    from ez_robot.envs.custom import is_custom_task, split_task
-
-    if is_custom_task(task):
-        source, name = split_task(task)
-        return f"{Path(source).stem if source.endswith('.py') else source.rsplit('.', 1)[-1]}-{name}"
-    return task.replace(":", "-")
 
 
 class Agent:

@@ -69,6 +69,10 @@ class EnvConfig:
     """Atari: up to this many no-op actions at reset."""
     max_episode_frames: int = 108_000
     """Atari: episode cap in emulator frames."""
+    reward_scale: float = 1.0
+    """Training rewards multiplied by this (self-play and value targets; evaluation and eval
+    returns stay in the task's units).  For tasks whose rewards are small next to the value
+    support's resolution, e.g. a few hundredths per step."""
     budget_unit: str = "agent_steps"
     """What --budget counts: agent_steps (Atari 100k) or env_frames (DMC 100k: simulator steps)."""
 
@@ -85,6 +89,7 @@ class EnvConfig:
             ("frame_size", 8 <= self.frame_size <= 512, "in [8, 512]"),
             ("frame_stack", self.frame_stack >= 1, ">= 1"),
             ("noop_max", self.noop_max >= 0, ">= 0"),
+            ("reward_scale", self.reward_scale > 0, "> 0"),
             ("max_episode_frames", self.max_episode_frames >= 1, ">= 1"),
             ("budget_unit", self.budget_unit in ("agent_steps", "env_frames"), "'agent_steps' or 'env_frames'"),
         ], self)

@@ -126,7 +126,9 @@ def aggregate_atari(scores: dict[str, list[float]], **kwargs) -> dict[str, tuple
 # --- the report ---------------------------------------------------------------------------
 
 def _slug(task: str) -> str:
-    return task.replace(":", "-").replace("/", "-")
+    from ez_robot.envs import task_slug
+
+    return task_slug(task)
 
 
 def _plot_returns(task: str, runs: list[RunRecord], path: Path) -> None:

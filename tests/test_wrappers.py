@@ -106,3 +106,14 @@ def test_repeat_action_sums_rewards_and_stops_at_the_episode_end():
     single = PointEnv(horizon=5)
     single.reset(seed=0)
     assert reward == pytest.approx(sum(single.step(np.zeros(2))[1] for _ in range(3)))
+
+
+def test_reward_scale_applies_to_training_envs_only():
+    rewards = {}
+    for mode in ("train", "eval"):
+        env = envs.make("gym:Pendulum-v1", seed=0, mode=mode, reward_scale=10.0)
+        env.reset(seed=0)
+        rewards[mode] = env.step(2)[1]
+    assert rewards["train"] == pytest.approx(10 * rewards["eval"]) and rewards["eval"] < 0
+    with pytest.raises(ConfigError, match="env.reward_scale must be > 0"):
+        envs.make("gym:Pendulum-v1", reward_scale=0.0)
