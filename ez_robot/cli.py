@@ -144,6 +144,8 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet)
             f"(min {result['min']:.2f}, max {result['max']:.2f})")
     if "human_normalized" in result:
         line += f", human-normalized {result['human_normalized']:.3f}"
+    if "success_rate" in result:  # the env reports info["is_success"]
+        line += f", success rate {result['success_rate']:.0%}"
     click.echo(line)
     for path in result["videos"]:
         click.echo(f"video: {path}")

@@ -117,3 +117,19 @@ def test_reward_scale_applies_to_training_envs_only():
     assert rewards["train"] == pytest.approx(10 * rewards["eval"]) and rewards["eval"] < 0
     with pytest.raises(ConfigError, match="env.reward_scale must be > 0"):
         envs.make("gym:Pendulum-v1", reward_scale=0.0)
+
+
+def test_a_robot_that_falls_terminates_and_a_time_limit_truncates():
+    """gym: tasks keep the env's own ending: InvertedPendulum-v5 terminates when the pole
+    falls (value 0 after it), Pendulum-v1 is cut by its time limit (bootstrapped)."""
+    env = envs.make("gym:InvertedPendulum-v5", seed=0)
+    env.reset(seed=0)
+    for step in range(1, 1000):
+        _, _, terminated, truncated, _ = env.step(env.action_space.n - 1)  # full push one way
+        if terminated or truncated:
+            break
+    assert terminated and not truncated and step < 100
+    env = envs.make("gym:Pendulum-v1", seed=0)
+    env.reset(seed=0)
+    endings = [env.step(0)[2:4] for _ in range(200)]
+    assert endings[-1] == (False, True) and not any(t for t, _ in endings[:-1])
