@@ -44,7 +44,9 @@ def split_task(task: str) -> tuple[str, str]:
 
 def absolute_task(task: str) -> str:
     """A file task with its path made absolute (Ray workers and resumed runs may start in
-    another directory); module tasks as they are."""
+    another directory); module tasks and every other task name as they are."""
+    if not is_custom_task(task):
+        return task
     source, name = split_task(task)
     if source.endswith(".py"):
         return f"{Path(source).expanduser().resolve()}:{name}"

@@ -254,8 +254,9 @@ def _check_observation(space: gym.Space, value, what: str, key: str) -> None:
                                    f"{space.shape}; observations must keep one shape")
 
 
-def find_wrapper(env: gym.Env, kind: type) -> gym.Wrapper | None:
-    """The outermost wrapper of type ``kind`` in ``env``'s stack (None if there is none)."""
+def find_wrapper(env: gym.Env, kind: type | tuple[type, ...]) -> gym.Wrapper | None:
+    """The outermost wrapper of type ``kind`` (or one of the types) in ``env``'s stack
+    (None if there is none)."""
     while isinstance(env, gym.Wrapper):
         if isinstance(env, kind):
             return env

@@ -214,9 +214,8 @@ def _action_spec(env, spec) -> dict:
     from ez_robot.envs.wrappers import JointDiscreteActions, NormalizedActions, find_wrapper
 
     if spec.sampled:  # the search gives vectors in [-1, 1]^D, mapped linearly onto the bounds
-        wrapper = find_wrapper(env, NormalizedActions)
-        low, high = (wrapper.action_low, wrapper.action_high) if wrapper is not None else \
-            (env.action_space.low, env.action_space.high)
+        wrapper = find_wrapper(env, NormalizedActions)  # every sampled-mode task env has it
+        low, high = wrapper.action_low, wrapper.action_high
         # num_actions: the policy head's outputs (there is no finite action set)
         return {"kind": "continuous", "mode": spec.mode, "spec": spec.state_dict(), "num_actions": spec.policy_size,
                 "dims": spec.dims, "low": np.asarray(low, np.float64).tolist(),
@@ -241,12 +240,6 @@ def _observation_layout(env) -> list[dict] | None:
     return observation_layout(wrapper.raw_observation_space) if wrapper is not None else None
 
 
-def _control_period(env, config) -> float | None:
-    from ez_robot.envs import control_period
-
-    return control_period(env, config.env)
-
-
 def export_run(run_dir: str | Path, out: str | Path | None = None, *, checkpoint: str | Path | None = None,
                observations: int = 32, seed: int = 0) -> dict:
     """Exports a run's checkpoint (default: the latest) to a bundle directory (default
@@ -268,7 +261,7 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
     Raises :class:`ExportError` when a check fails; the bundle is then not written (an
     older bundle at ``out`` stays as it was)."""
     from ez_robot.config import config_to_dict
-    from ez_robot.envs import make_from_config
+    from ez_robot.envs import control_period, make_from_config
     from ez_robot.inference import search_config as run_search_config
 
     if observations < 1:
@@ -297,10 +290,10 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
             "task": config.env.task, **(source or {}),
             "observation": {"shape": list(space.shape), "dtype": str(space.dtype),
                             "kind": "pixels" if net.pixels else "state", "layout": _observation_layout(env),
-                            "normalized_in_graph": getattr(net, "normalizer", None) is not None},
+                            "normalized_in_graph": net.normalizer is not None},
             "hidden": {"shape": [int(n) for n in net.hidden_shape], "lstm_hidden": int(net.lstm_hidden)},
             "action": _action_spec(env, spec),
-            "action_repeat": config.env.action_repeat, "control_period_s": _control_period(env, config),
+            "action_repeat": config.env.action_repeat, "control_period_s": control_period(env, config.env),
             "support_size": int(net.support_size), "value_prefix": bool(net.value_prefix),
             "search": {name: getattr(search_config, name) for name in search_config.__dataclass_fields__},
             "config": config_to_dict(config),

@@ -93,6 +93,7 @@ class TrainingSession:
         from ez_robot import envs
         from ez_robot.checkpoint import checkpoint_path, read_checkpoint, resume_config
         from ez_robot.config import load_config
+        from ez_robot.envs.custom import absolute_task
         from ez_robot.trainer import check_resumable
 
         ray_only = {"address": address, "gpus": gpus, "reanalyze_workers": reanalyze_workers}
@@ -105,7 +106,7 @@ class TrainingSession:
         if resume is not None:
             state = read_checkpoint(resume)
             saved = state["config"]
-            if task is not None and _absolute(task_name(task)) != saved["env"]["task"]:
+            if task is not None and absolute_task(task_name(task)) != saved["env"]["task"]:
                 raise ConfigError(f"the task {task_name(task)} differs from the run's task {saved['env']['task']}")
             for name, value, was in (("obs", obs, saved["env"]["obs"]), ("seed", seed, saved["seed"])):
                 if value is not None and value != was:
@@ -161,12 +162,6 @@ class TrainingSession:
         return summary
 
 
-def _absolute(task: str) -> str:
-    from ez_robot.envs.custom import absolute_task, is_custom_task
-
-    return absolute_task(task) if is_custom_task(task) else task
-
-
 def _yaml(value: Any) -> str:
     import yaml
 
@@ -181,7 +176,7 @@ class Agent:
 
     def __init__(self, run):
         from ez_robot.envs import make_from_config
-        from ez_robot.envs.wrappers import FlatObservations, find_wrapper, _BoxActions
+        from ez_robot.envs.wrappers import FlatObservations, JointDiscreteActions, NormalizedActions, find_wrapper
         from ez_robot.inference import TorchInference, search_config
 
         self.run_dir, self.config, self.net = run.run_dir, run.config, run.net
@@ -190,7 +185,7 @@ class Agent:
         env = make_from_config(run.config.env, seed=0, mode="train")
         try:
             self._flatten = find_wrapper(env, FlatObservations)
-            self._actions = find_wrapper(env, _BoxActions)
+            self._actions = find_wrapper(env, (JointDiscreteActions, NormalizedActions))
             self.observation_space = (self._flatten.raw_observation_space if self._flatten is not None
                                       else env.observation_space)
             self.action_space = self._actions.env.action_space if self._actions is not None else env.action_space

@@ -430,10 +430,9 @@ def load_config(task: str, *, obs: str = "state", budget: str | int | None = Non
     for pattern, update in task_overrides.items():  # in file order, later patterns win
         if fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(task, pattern):
             _merge(values, update, f"{path.name} tasks.{pattern}")
-    from ez_robot.envs.custom import absolute_task, is_custom_task
+    from ez_robot.envs.custom import absolute_task
 
-    if is_custom_task(task):  # Ray workers and resumed runs may start in another directory
-        task = absolute_task(task)
+    task = absolute_task(task)  # a file task's path: Ray workers and resumed runs may start elsewhere
     fixed = {"env.task": task, "env.obs": "pixels" if family == "atari" else obs}
     values.update(fixed)
     if budget is not None:

@@ -82,7 +82,7 @@ class Learner:
         obs = torch.as_tensor(context.observations, device=dev)
         batch = obs.shape[0]
         flat = self._observations(obs.reshape((-1,) + obs.shape[2:]))
-        if getattr(net, "normalizer", None) is not None:  # running statistics of the states trained on
+        if net.normalizer is not None:  # running statistics of the states trained on
             net.normalizer.update(flat)
         obs = flat.reshape(obs.shape)
         actions = torch.as_tensor(context.actions, device=dev)

@@ -199,6 +199,7 @@ class EfficientZeroNet(nn.Module):
         self.lstm_hidden = config.lstm_hidden
         self.value_prefix = value_prefix
         self.pixels = len(obs_shape) == 3
+        self.normalizer: ObservationNormalizer | None = None  # states, with model.normalize_obs
         bins = 2 * config.support_size + 1
         if self.pixels:
             self._build_pixels(config, bins)
@@ -274,7 +275,7 @@ class EfficientZeroNet(nn.Module):
     def represent(self, obs: torch.Tensor) -> torch.Tensor:
         """H: observations (uint8 pixels or float states) -> hidden state."""
         x = obs.float() / 255.0 if self.pixels else obs.float()
-        if getattr(self, "normalizer", None) is not None:
+        if self.normalizer is not None:
             x = self.normalizer(x)
         return self.representation(x)
 
