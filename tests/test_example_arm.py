@@ -32,9 +32,10 @@ def _success_rate(policy, episodes=20, **kwargs):
     return wins / episodes
 
 
+@pytest.mark.parametrize("actuation", arm.ACTUATIONS)
 @pytest.mark.parametrize("joints", [1, 3, 8])
-def test_check_env_passes(joints):
-    env = arm.make_arm(joints=joints)
+def test_check_env_passes(joints, actuation):
+    env = arm.make_arm(joints=joints, actuation=actuation)
     check_env(env.unwrapped, skip_render_check=True)
 
 
@@ -53,11 +54,13 @@ def test_check_env_with_rendering():
 def test_spaces_and_control_period():
     env = arm.make_arm(joints=4)
     assert env.action_space.shape == (4,)
-    assert list(env.observation_space.spaces) == ["fingertip", "joints", "target", "velocities"]
+    assert list(env.observation_space.spaces) == ["fingertip", "joints", "lag", "target", "velocities"]
     shapes = {k: s.shape for k, s in env.observation_space.spaces.items()}
-    assert shapes == {"fingertip": (2,), "joints": (8,), "target": (2,), "velocities": (4,)}
+    assert shapes == {"fingertip": (2,), "joints": (8,), "lag": (4,), "target": (2,), "velocities": (4,)}
     obs, _ = env.reset(seed=0)
     assert list(obs) == list(env.observation_space.spaces)
+    torque = arm.make_arm(joints=4, actuation="torque")
+    assert list(torque.observation_space.spaces) == ["fingertip", "joints", "target", "velocities"]
     assert env.unwrapped.control_period == pytest.approx(0.04)
     assert arm.ReachArm(frame_skip=2).control_period == pytest.approx(0.02)
 
@@ -88,15 +91,39 @@ def test_truncates_after_max_steps_and_never_terminates():
         assert reward <= -info["distance"]
 
 
-def test_scripted_controller_solves_the_task_and_doing_nothing_does_not():
-    assert _success_rate(arm.scripted_action) >= 0.9
-    assert _success_rate(lambda env: np.zeros(env.action_space.shape, np.float32)) <= 0.3
+@pytest.mark.parametrize("actuation", arm.ACTUATIONS)
+def test_scripted_controller_solves_the_task_and_doing_nothing_does_not(actuation):
+    assert _success_rate(arm.scripted_action, actuation=actuation) >= 0.9
+    assert _success_rate(lambda env: np.zeros(env.action_space.shape, np.float32), actuation=actuation) <= 0.3
+
+
+def test_scripted_controller_quantized_to_five_levels_still_solves_the_position_task():
+    levels = np.linspace(-1.0, 1.0, 5)  # what the joint and factorized modes' 5 bins can say
+
+    def quantized(env):
+        action = arm.scripted_action(env)
+        return levels[np.abs(action[:, None] - levels).argmin(axis=1)]
+
+    assert _success_rate(quantized) >= 0.9
+
+
+def test_position_servo_follows_its_set_point_and_holds():
+    env = arm.make_arm()
+    env.reset(seed=0)
+    start = env.unwrapped.data.qpos.copy()
+    for _ in range(3):
+        env.step(np.ones(3, np.float32))
+    for _ in range(3):
+        obs, *_ = env.step(np.zeros(3, np.float32))
+    moved = env.unwrapped.data.qpos - start
+    np.testing.assert_allclose(moved, 3 * arm.MAX_STEP, atol=0.01)  # three full moves
+    assert np.abs(obs["lag"]).max() < 0.01 and np.abs(obs["velocities"]).max() < 0.1
 
 
 @pytest.mark.parametrize("kwargs,match", [
     ({"joints": 0}, "joints"), ({"joints": 9}, "joints"), ({"joints": 2.5}, "joints"),
     ({"max_steps": 0}, "max_steps"), ({"success_radius": -0.1}, "success_radius"),
-    ({"render_mode": "human"}, "render_mode"),
+    ({"render_mode": "human"}, "render_mode"), ({"actuation": "velocity"}, "actuation"),
 ])
 def test_bad_arguments_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):

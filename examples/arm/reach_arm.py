@@ -2,27 +2,38 @@
 
 The robot
     A chain of ``joints`` hinge joints (1 to 8, default 3) about the vertical axis, lying
-    flat above a table and seen from above; gravity is off, so only the motors and the
-    joint damping act on it.  The links have equal lengths that add up to 0.30 m.  Each
-    joint has one torque motor, commanded in [-1, 1] (full command: 0.2 N m).  Physics runs
-    at 0.01 s per step and one decision holds its command for ``frame_skip`` steps (default
-    4, so 25 decisions per second; see ``ReachArm.control_period``).
+    flat above a table and seen from above; gravity is off, so only the actuators and the
+    joint damping act on it.  The links have equal lengths that add up to 0.30 m.  Physics
+    runs at 0.01 s per step and one decision holds its command for ``frame_skip`` steps
+    (default 4, so 25 decisions per second; see ``ReachArm.control_period``).
+
+Actuation (``actuation=``), an action in [-1, 1] per joint
+    "position" (default)  a position servo on every joint, as on most robot arms (hobby
+                          servos, industrial joint controllers).  The action moves each
+                          joint's set-point by up to ``MAX_STEP`` rad (0.15 rad, so 3.75 rad/s);
+                          0 holds the arm where it was sent.  The servo (stiffness
+                          ``SERVO_KP``, damping ``SERVO_KV``) follows within a decision or two.
+    "torque"              one torque motor per joint (full command: 0.2 N m): the harder
+                          task, the policy has to brake the arm itself.
 
 Observations (a ``gymnasium.spaces.Dict`` of float32 arrays)
     "joints"      cos of every joint angle, then sin of every joint angle   (2*joints,)
     "velocities"  joint angular velocities, rad/s, within +-20              (joints,)
     "fingertip"   x, y of the fingertip in the base frame, m                (2,)
     "target"      x, y of the target in the base frame, m                   (2,)
+    "lag"         position actuation only: set-point minus joint angle, rad, within +-pi
+                  (joints,)
     ``gymnasium.spaces.Dict`` sorts the keys of a plain dict, so the space (and every
-    observation) stores them alphabetically: fingertip, joints, target, velocities.
+    observation) stores them alphabetically: fingertip, joints, [lag,] target, velocities.
     Flatten them in ``observation_space.spaces`` order.
 
 Reset
     The base joint points anywhere, the other joints curl gently (together about 1.5 rad,
-    each jittered by up to 0.1 rad); the arm starts at rest.  The target is drawn uniformly
-    (by area) in the annulus 0.08 m to 0.27 m from the base, at any angle.  A one-joint arm
-    can only reach the circle of radius 0.30 m, so there the target lies on that circle.
-    Everything random comes from ``self.np_random``: the same seed gives the same episode.
+    each jittered by up to 0.1 rad); the arm starts at rest, the set-points on the joints.
+    The target is drawn uniformly (by area) in the annulus 0.08 m to 0.27 m from the base,
+    at any angle.  A one-joint arm can only reach the circle of radius 0.30 m, so there
+    the target lies on that circle.  Everything random comes from ``self.np_random``: the
+    same seed gives the same episode.
 
 Reward and success
     reward = -distance(fingertip, target) - 0.01 * sum(action**2), every decision.
@@ -57,12 +68,18 @@ JOINT_ARMATURE = 0.002    # kg m^2, rotor inertia; also keeps the light distal l
 TIMESTEP = 0.01           # s
 INITIAL_CURL = 1.5        # rad, shared by the joints after the base one
 MAX_JOINT_SPEED = 20.0    # rad/s, the bound of the velocity observations (the motors reach about 6)
+MAX_STEP = 0.15           # rad, the largest set-point move per decision (position actuation)
+SERVO_KP = 20.0           # N m / rad, the position servo's stiffness
+SERVO_KV = 0.6            # N m s / rad, its damping
+ACTUATIONS = ("position", "torque")
 
 
-def arm_mjcf(joints: int = 3) -> str:
+def arm_mjcf(joints: int = 3, actuation: str = "position") -> str:
     """The MJCF text of a flat arm with ``joints`` hinges about z, seen by a camera above."""
     if not isinstance(joints, (int, np.integer)) or isinstance(joints, bool) or not 1 <= joints <= 8:
         raise ValueError(f"joints must be an integer in [1, 8], got {joints!r}")
+    if actuation not in ACTUATIONS:
+        raise ValueError(f"actuation must be one of {ACTUATIONS}, got {actuation!r}")
     link = TOTAL_LENGTH / joints
     height = 0.02  # the arm floats just above the table
 
@@ -79,10 +96,14 @@ def arm_mjcf(joints: int = 3) -> str:
     tip = f'<site name="fingertip" pos="{link:.6f} 0 0" size="0.012" rgba="0.1 0.3 0.9 1"/>'
     chain = "".join(chain_open) + tip + "".join(reversed(chain_close))
 
-    motors = "".join(
-        f'<motor name="motor{i}" joint="joint{i}" gear="{MOTOR_GEAR}" ctrlrange="-1 1" ctrllimited="true"/>'
-        for i in range(joints)
-    )
+    if actuation == "torque":
+        actuators = "".join(
+            f'<motor name="motor{i}" joint="joint{i}" gear="{MOTOR_GEAR}" ctrlrange="-1 1" ctrllimited="true"/>'
+            for i in range(joints))
+    else:  # the control is the joint's set-point in rad, unbounded like the joints
+        actuators = "".join(
+            f'<position name="servo{i}" joint="joint{i}" kp="{SERVO_KP}" kv="{SERVO_KV}" ctrllimited="false"/>'
+            for i in range(joints))
     return f"""<mujoco model="reach_arm_{joints}">
   <compiler angle="radian"/>
   <option timestep="{TIMESTEP}" gravity="0 0 0" integrator="implicitfast">
@@ -109,7 +130,7 @@ def arm_mjcf(joints: int = 3) -> str:
     {chain}
   </worldbody>
   <actuator>
-    {motors}
+    {actuators}
   </actuator>
 </mujoco>
 """
@@ -121,7 +142,8 @@ class ReachArm(gymnasium.Env):
     metadata = {"render_modes": ["rgb_array"], "render_fps": int(round(1.0 / (TIMESTEP * 4)))}
 
     def __init__(self, joints: int = 3, frame_skip: int = 4, max_steps: int = 50,
-                 success_radius: float = 0.03, render_mode: str | None = None):
+                 success_radius: float = 0.03, actuation: str = "position",
+                 render_mode: str | None = None):
         def is_int(x):
             return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
@@ -134,6 +156,8 @@ class ReachArm(gymnasium.Env):
         if (isinstance(success_radius, bool) or not isinstance(success_radius, (int, float, np.number))
                 or not 0.0 < float(success_radius) < TOTAL_LENGTH):
             raise ValueError(f"success_radius must be a number in (0, {TOTAL_LENGTH}) metres, got {success_radius!r}")
+        if actuation not in ACTUATIONS:
+            raise ValueError(f"actuation must be one of {ACTUATIONS}, got {actuation!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
 
@@ -141,10 +165,11 @@ class ReachArm(gymnasium.Env):
         self.frame_skip = int(frame_skip)
         self.max_steps = int(max_steps)
         self.success_radius = float(success_radius)
+        self.actuation = actuation
         self.render_mode = render_mode
         self.metadata = {**type(self).metadata, "render_fps": int(round(1.0 / (TIMESTEP * self.frame_skip)))}
 
-        self.model = mujoco.MjModel.from_xml_string(arm_mjcf(self.joints))
+        self.model = mujoco.MjModel.from_xml_string(arm_mjcf(self.joints, actuation))
         self.data = mujoco.MjData(self.model)
         self._tip_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, "fingertip")
         self._target_id = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_SITE, "target")
@@ -153,12 +178,15 @@ class ReachArm(gymnasium.Env):
 
         self.action_space = spaces.Box(-1.0, 1.0, (self.joints,), np.float32)
         bound = TOTAL_LENGTH + 0.05
-        self.observation_space = spaces.Dict({
+        observations = {
             "joints": spaces.Box(-1.0, 1.0, (2 * self.joints,), np.float32),
             "velocities": spaces.Box(-MAX_JOINT_SPEED, MAX_JOINT_SPEED, (self.joints,), np.float32),
             "fingertip": spaces.Box(-bound, bound, (2,), np.float32),
             "target": spaces.Box(-bound, bound, (2,), np.float32),
-        })
+        }
+        if actuation == "position":
+            observations["lag"] = spaces.Box(-np.pi, np.pi, (self.joints,), np.float32)
+        self.observation_space = spaces.Dict(observations)
 
     @property
     def control_period(self) -> float:
@@ -185,6 +213,8 @@ class ReachArm(gymnasium.Env):
             "fingertip": self.fingertip,
             "target": self.target,
         }
+        if self.actuation == "position":
+            values["lag"] = np.clip(self.data.ctrl - q, -np.pi, np.pi)
         # in the space's own key order, so flattening either gives the same layout
         return {k: np.asarray(values[k], dtype=np.float32) for k in self.observation_space.spaces}
 
@@ -200,7 +230,7 @@ class ReachArm(gymnasium.Env):
             qpos[1:] = INITIAL_CURL / (self.joints - 1) + rng.uniform(-0.1, 0.1, self.joints - 1)
         self.data.qpos[:] = qpos
         self.data.qvel[:] = 0.0
-        self.data.ctrl[:] = 0.0
+        self.data.ctrl[:] = qpos if self.actuation == "position" else 0.0
 
         if self.joints == 1:  # one hinge reaches only its own circle
             radius = TOTAL_LENGTH
@@ -217,7 +247,10 @@ class ReachArm(gymnasium.Env):
     def step(self, action):
         action = np.clip(np.asarray(action, dtype=np.float64).reshape(self.joints),
                          self.action_space.low, self.action_space.high)
-        self.data.ctrl[:] = action
+        if self.actuation == "position":
+            self.data.ctrl[:] += MAX_STEP * action
+        else:
+            self.data.ctrl[:] = action
         for _ in range(self.frame_skip):
             mujoco.mj_step(self.model, self.data)
         # mj_step leaves positions computed for the state before its last update: refresh
@@ -247,9 +280,10 @@ class ReachArm(gymnasium.Env):
 
 
 def make_arm(joints: int = 3, max_steps: int = 50, success_radius: float = 0.03,
-             render_mode: str | None = None) -> ReachArm:
+             actuation: str = "position", render_mode: str | None = None) -> ReachArm:
     """The factory for ``--task examples/arm/reach_arm.py:make_arm`` (arguments checked by ReachArm)."""
-    return ReachArm(joints=joints, max_steps=max_steps, success_radius=success_radius, render_mode=render_mode)
+    return ReachArm(joints=joints, max_steps=max_steps, success_radius=success_radius,
+                    actuation=actuation, render_mode=render_mode)
 
 
 # the scripted controller's gains
@@ -265,8 +299,9 @@ def scripted_action(env: ReachArm) -> np.ndarray:
     It asks the fingertip to move straight at the target (speed ``TIP_GAIN`` times the
     distance, capped at ``TIP_SPEED``), turns that into joint velocities with the damped
     inverse ``J^T (J J^T + lambda^2 I)^-1`` of the fingertip's x-y Jacobian (``mj_jacSite``),
-    and commands the torque that holds those velocities against the joint damping plus a
-    velocity-error term.  The command is clipped to [-1, 1].
+    and commands, with torque actuation, the torque that holds those velocities against the
+    joint damping plus a velocity-error term; with position actuation, the set-point move
+    that those velocities make in one decision.  The command is clipped to [-1, 1].
     """
     env = env.unwrapped
     model, data = env.model, env.data
@@ -280,6 +315,8 @@ def scripted_action(env: ReachArm) -> np.ndarray:
         tip_velocity *= TIP_SPEED / speed
     joint_velocity = jac.T @ np.linalg.solve(jac @ jac.T + JACOBIAN_DAMPING ** 2 * np.eye(2), tip_velocity)
 
+    if env.actuation == "position":
+        return np.clip(joint_velocity * env.control_period / MAX_STEP, -1.0, 1.0).astype(np.float32)
     torque = JOINT_DAMPING * joint_velocity + VELOCITY_GAIN * (joint_velocity - data.qvel)
     return np.clip(torque / MOTOR_GEAR, -1.0, 1.0).astype(np.float32)
 
