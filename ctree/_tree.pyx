@@ -25,6 +25,7 @@ cdef extern from "tree.h" namespace "ez":
         double c_visit
         double c_scale
         int max_considered
+        cbool root_mean_q
 
     void considered_visit_sequence(int, int, int32_t*)
 
@@ -104,6 +105,8 @@ cdef class Tree:
     ``softmax(log pi + sigma(completed Q))`` below it, with
     ``sigma(q) = (c_visit + max_b N(b)) * c_scale * q``.  In both modes a logit of -inf
     marks a child that does not exist: it is never visited and has no policy mass.
+    pUCT scores an unvisited root child with Q = 0 (the paper), or with ``root_mean_q``
+    the mean Q of the root's visited children (for returns that can be negative).
     """
 
     cdef Arena* arena
@@ -115,7 +118,8 @@ cdef class Tree:
     def __cinit__(self, int batch_size, int num_actions, int num_simulations, *,
                   double c1=1.25, double c2=19652.0, double discount=0.997,
                   int lstm_horizon=5, double min_max_epsilon=0.01, bint gumbel=False,
-                  double c_visit=50.0, double c_scale=0.1, int max_considered=16):
+                  double c_visit=50.0, double c_scale=0.1, int max_considered=16,
+                  bint root_mean_q=False):
         self.arena = NULL
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -149,6 +153,7 @@ cdef class Tree:
         params.c_visit = c_visit
         params.c_scale = c_scale
         params.max_considered = max_considered
+        params.root_mean_q = root_mean_q
         self.batch_size = batch_size
         self.num_actions = num_actions
         self.num_simulations = num_simulations

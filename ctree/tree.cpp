@@ -221,6 +221,12 @@ int Arena::select_puct(int tree, size_t id, bool is_root, double& q_hat) {
     const double* prior = &prior_[id * A_];
     // Mean-Q estimate for unvisited children (appendix, after ELF OpenGo):
     // Q^(root) = 0; Q^(s) = (Q^(parent) + sum of visited Q(s, b)) / (1 + #visited).
+    // The paper's 0 at the root is "the worst state" only where returns are >= 0 (Atari,
+    // DMC).  Where they are negative it is the best one, and every unvisited root child
+    // outscores the visited ones: the search goes breadth-first and, with more actions
+    // than simulations, its visit counts say nothing.  root_mean_q gives unvisited root
+    // children the mean Q of the visited ones instead (0 until one is visited, when all
+    // tie anyway), which moves with the returns' offset like the rest of the search.
     double q_sum = 0.0;
     int visited = 0;
     for (int a = 0; a < A_; ++a) {
@@ -230,7 +236,10 @@ int Arena::select_puct(int tree, size_t id, bool is_root, double& q_hat) {
             ++visited;
         }
     }
-    q_hat = is_root ? 0.0 : (q_hat + q_sum) / (1.0 + visited);
+    if (is_root)
+        q_hat = params_.root_mean_q && visited > 0 ? q_sum / visited : 0.0;
+    else
+        q_hat = (q_hat + q_sum) / (1.0 + visited);
 
     // N(s) counts the node's own expansion as a visit (MuZero pseudocode), so at a
     // fresh node the prior decides the first selection instead of the action index.

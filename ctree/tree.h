@@ -36,6 +36,8 @@ struct SearchParams {
     double c_visit = 50.0;       // sigma(q) = (c_visit + max_b N(b)) * c_scale * q
     double c_scale = 0.1;
     int max_considered = 16;     // m: root candidates sequential halving starts from
+    bool root_mean_q = false;    // pUCT: unvisited root children get the mean Q of the visited
+                                 // ones instead of the paper's 0 (see select_puct)
 };
 
 // Running min/max of the Q values seen in one tree (updated along backup paths only).

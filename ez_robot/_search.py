@@ -25,6 +25,8 @@ __all__ = ["SearchConfig", "RootOutput", "SearchOutput", "RecurrentFn", "search"
 MAX_SIMULATIONS = 100_000
 """Most simulations one search may run: the tree and the hidden-state pool are allocated
 for all of them up front (MuZero's largest setting, Go, used 800)."""
+ROOT_UNVISITED_Q = ("zero", "mean")
+"""The values of ``SearchConfig.root_unvisited_q``."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,12 @@ class SearchConfig:
     """Sampled modes (Gumbel search): sigma(q) = (c_visit + max_b N(b)) c_scale q."""
     c_scale: float = 0.1
     """Sampled modes (Gumbel search): see c_visit."""
+    root_unvisited_q: str = "zero"
+    """Joint mode (pUCT): the Q an unvisited root child is scored with.  "zero" is the
+    paper's appendix (0, the worst value where returns are >= 0, as in Atari and DMC);
+    "mean" is the mean Q of the root's visited children, which follows the returns'
+    offset: with negative rewards, "zero" makes every unvisited child look best and the
+    search breadth-first."""
 
     def __post_init__(self):
         if isinstance(self.num_simulations, bool) or not isinstance(self.num_simulations, (int, np.integer)):
@@ -96,6 +104,9 @@ class SearchConfig:
             ("c_visit", self.c_visit >= 0, ">= 0"),
             ("c_scale", self.c_scale > 0, "> 0"),
         ]
+        if self.root_unvisited_q not in ROOT_UNVISITED_Q:
+            raise ValueError(f"SearchConfig.root_unvisited_q must be one of {ROOT_UNVISITED_Q}, "
+                             f"got {self.root_unvisited_q!r}")
         for name, ok, rule in checks:
             if not ok:
                 raise ValueError(f"SearchConfig.{name} must be {rule}, got {getattr(self, name)!r}")
@@ -183,7 +194,7 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
         raise ValueError(f"search needs B >= 1 roots and A >= 1 actions, got policy_logits of shape {logits.shape}")
     tree = Tree(batch, num_actions, config.num_simulations, c1=config.c1, c2=config.c2,
                 discount=config.discount, lstm_horizon=config.lstm_horizon,
-                min_max_epsilon=config.min_max_epsilon)
+                min_max_epsilon=config.min_max_epsilon, root_mean_q=config.root_unvisited_q == "mean")
     noise = None
     if config.add_noise and config.dirichlet_fraction > 0:
         noise = rng.dirichlet(np.full(num_actions, config.dirichlet_alpha), size=batch).astype(np.float32)

@@ -89,9 +89,11 @@ class _Search:
 
 def reference_search(hidden, value_prefix, value, logits, recurrent_fn, *, num_simulations, c1=1.25,
                      c2=19652.0, discount=0.997, lstm_horizon=5, min_max_epsilon=0.01,
-                     noise=None, noise_fraction=0.0):
+                     noise=None, noise_fraction=0.0, root_mean_q=False):
     """pUCT search of one root.  ``hidden`` is a tuple of arrays with a leading batch axis
     of 1; ``recurrent_fn`` is the same batched function the real search gets.
+    ``root_mean_q``: unvisited root children are scored with the mean Q of the visited
+    ones (0 while none is) instead of 0.
     Returns (visit_counts [A], root_value)."""
     num_actions = len(logits)
     tree = _Search(recurrent_fn, discount, lstm_horizon, min_max_epsilon)
@@ -102,7 +104,7 @@ def reference_search(hidden, value_prefix, value, logits, recurrent_fn, *, num_s
         while True:
             visited = [tree.q(node, node.children[a]) for a in range(num_actions) if a in node.children]
             if node is root:
-                q_hat = 0.0
+                q_hat = sum(visited) / len(visited) if root_mean_q and visited else 0.0
             else:
                 total = 0.0
                 for x in visited:

@@ -15,7 +15,8 @@ def run_reference(model, root, config, noise=None):
             hidden, root.value_prefix[b], root.value[b], root.policy_logits[b], model,
             num_simulations=config.num_simulations, c1=config.c1, c2=config.c2, discount=config.discount,
             lstm_horizon=config.lstm_horizon, min_max_epsilon=config.min_max_epsilon,
-            noise=None if noise is None else noise[b], noise_fraction=config.dirichlet_fraction)
+            noise=None if noise is None else noise[b], noise_fraction=config.dirichlet_fraction,
+            root_mean_q=config.root_unvisited_q == "mean")
         counts.append(c)
         values.append(v)
     return np.array(counts), np.array(values)
@@ -27,12 +28,14 @@ CASES = [  # (batch, actions, simulations, lstm_horizon, noise)
 ]
 
 
+@pytest.mark.parametrize("root_unvisited_q", ["zero", "mean"])
 @pytest.mark.parametrize("batch,num_actions,sims,horizon,noise", CASES)
 @pytest.mark.parametrize("seed", range(4))
-def test_matches_python_reference(batch, num_actions, sims, horizon, noise, seed):
+def test_matches_python_reference(batch, num_actions, sims, horizon, noise, seed, root_unvisited_q):
     model = ElementwiseModel(num_actions, seed)
     root = model.root(batch, seed + 100)
-    config = SearchConfig(num_simulations=sims, lstm_horizon=horizon, add_noise=noise, discount=0.98)
+    config = SearchConfig(num_simulations=sims, lstm_horizon=horizon, add_noise=noise, discount=0.98,
+                          root_unvisited_q=root_unvisited_q)
     out = search(root, model, config, np.random.default_rng(seed))
     # The noise search() drew: the first draw of the same generator.
     drawn = np.random.default_rng(seed).dirichlet(np.full(num_actions, 0.3), size=batch).astype(np.float32)
@@ -65,21 +68,23 @@ def test_zero_simulations_returns_network_value_and_uniform_policy():
 
 
 class Bandit:
-    """Every step pays reward[action]; the value head knows nothing (0)."""
+    """Every step pays reward[action]; the value head says ``value`` everywhere (default 0:
+    it knows nothing)."""
 
-    def __init__(self, rewards):
+    def __init__(self, rewards, value=0.0):
         self.rewards = np.asarray(rewards, np.float32)
+        self.value = np.float32(value)
 
     def root(self, batch):
         a = len(self.rewards)
         return RootOutput(np.zeros((batch, 1), np.float32), np.zeros(batch, np.float32),
-                          np.zeros(batch, np.float32), np.zeros((batch, a), np.float32))
+                          np.full(batch, self.value, np.float32), np.zeros((batch, a), np.float32))
 
     def __call__(self, hidden, actions, reset_mask):
         b, a = len(actions), len(self.rewards)
         prefix = np.where(reset_mask[:, None], 0, hidden)
         value_prefix = prefix[:, 0] + self.rewards[actions]
-        return value_prefix[:, None], value_prefix, np.zeros(b, np.float32), np.zeros((b, a), np.float32)
+        return value_prefix[:, None], value_prefix, np.full(b, self.value, np.float32), np.zeros((b, a), np.float32)
 
 
 @pytest.mark.parametrize("best", [0, 3, 5])
@@ -92,6 +97,32 @@ def test_bandit_concentrates_visits_on_best_arm(best):
     assert (out.visit_counts[:, best] > 60).all()
     # Q(root, best) = 1 + discount * (value of the best continuation), larger than any other arm.
     assert (np.nanargmax(out.root_q_values, axis=1) == best).all()
+
+
+@pytest.mark.parametrize("offset", [0.0, -1.0, -10.0])
+def test_mean_q_at_the_root_finds_the_best_arm_whatever_the_rewards_offset(offset):
+    # 125 arms and 50 simulations, as the arm example's joint mode.  One arm pays 0.1 more
+    # than the others, and the prior slightly prefers the first 20 arms (the best among them).
+    # The value head knows the offset's worth (what a trained one would say).
+    discount = 0.99
+    rewards = np.full(125, offset, np.float32)
+    rewards[7] += 0.1
+    bandit = Bandit(rewards, value=offset / (1 - discount))
+    root = bandit.root(1)
+    root.policy_logits[:, :20] = 0.5
+    config = SearchConfig(num_simulations=50, add_noise=False, discount=discount, root_unvisited_q="mean")
+    out = search(root, bandit, config, np.random.default_rng(0))
+    assert out.visit_counts[0].argmax() == 7 and out.visit_counts[0, 7] >= 10
+    paper = search(root, bandit, config.replace(root_unvisited_q="zero"), np.random.default_rng(0))
+    if offset < 0:  # the paper's Q = 0 for unvisited children is then the best score: breadth first
+        assert paper.visit_counts[0].max() <= 2 and (paper.visit_counts[0] > 0).sum() >= 49
+    else:           # rewards >= 0: both concentrate on the best arm
+        assert paper.visit_counts[0].argmax() == 7
+
+
+def test_root_unvisited_q_must_be_known():
+    with pytest.raises(ValueError, match="root_unvisited_q"):
+        SearchConfig(root_unvisited_q="max")
 
 
 @pytest.mark.parametrize("seed", range(5))
