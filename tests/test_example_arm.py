@@ -74,9 +74,11 @@ def test_reset_is_deterministic_given_the_seed():
     np.testing.assert_array_equal(a.target, b.target)
     targets = {tuple(a.reset(seed=s)[0]["target"]) for s in range(10)}
     assert len(targets) == 10
-    for s in range(50):  # targets lie in the reachable annulus
-        radius = np.linalg.norm(a.reset(seed=s)[0]["target"])
-        assert arm.TARGET_MIN_RADIUS - 1e-6 <= radius <= arm.TARGET_MAX_RADIUS + 1e-6
+    for s in range(50):  # targets lie in the reachable half annulus in front of the base
+        target = a.reset(seed=s)[0]["target"]
+        assert arm.TARGET_MIN_RADIUS - 1e-6 <= np.linalg.norm(target) <= arm.TARGET_MAX_RADIUS + 1e-6
+        assert target[0] >= 0
+        assert np.all(np.abs(a.data.qpos - [0, 0.75, 0.75]) <= arm.HOME_JITTER + 1e-9)  # near home
 
 
 def test_truncates_after_max_steps_and_never_terminates():

@@ -28,12 +28,13 @@ Observations (a ``gymnasium.spaces.Dict`` of float32 arrays)
     Flatten them in ``observation_space.spaces`` order.
 
 Reset
-    The base joint points anywhere, the other joints curl gently (together about 1.5 rad,
-    each jittered by up to 0.1 rad); the arm starts at rest, the set-points on the joints.
-    The target is drawn uniformly (by area) in the annulus 0.08 m to 0.27 m from the base,
-    at any angle.  A one-joint arm can only reach the circle of radius 0.30 m, so there
-    the target lies on that circle.  Everything random comes from ``self.np_random``: the
-    same seed gives the same episode.
+    The arm starts at rest near its home pose, as a robot arm does (and as Gymnasium's
+    Reacher): the base joint along +x, the other joints curled gently (together about 1.5
+    rad), every joint jittered by up to 0.1 rad; the set-points on the joints.  The target
+    is drawn uniformly (by area) in the workspace in front of the base: the half annulus
+    0.08 m to 0.27 m from it with x >= 0.  A one-joint arm can only reach the circle of
+    radius 0.30 m, so there the target lies on that half circle.  Everything random comes
+    from ``self.np_random``: the same seed gives the same episode.
 
 Reward and success
     reward = -distance(fingertip, target) - 0.01 * sum(action**2), every decision.
@@ -66,7 +67,9 @@ MOTOR_GEAR = 0.2          # N m at a command of 1
 JOINT_DAMPING = 0.05      # N m s / rad
 JOINT_ARMATURE = 0.002    # kg m^2, rotor inertia; also keeps the light distal links tame
 TIMESTEP = 0.01           # s
-INITIAL_CURL = 1.5        # rad, shared by the joints after the base one
+INITIAL_CURL = 1.5        # rad, shared by the joints after the base one (the home pose)
+HOME_JITTER = 0.1         # rad, the most any joint starts away from the home pose
+TARGET_MAX_ANGLE = np.pi / 2  # rad, the workspace: targets within this angle of +x
 MAX_JOINT_SPEED = 20.0    # rad/s, the bound of the velocity observations (the motors reach about 6)
 MAX_STEP = 0.15           # rad, the largest set-point move per decision (position actuation)
 SERVO_KP = 20.0           # N m / rad, the position servo's stiffness
@@ -225,9 +228,9 @@ class ReachArm(gymnasium.Env):
         mujoco.mj_resetData(self.model, self.data)
 
         qpos = np.empty(self.joints)
-        qpos[0] = rng.uniform(-np.pi, np.pi)
+        qpos[:] = rng.uniform(-HOME_JITTER, HOME_JITTER, self.joints)
         if self.joints > 1:
-            qpos[1:] = INITIAL_CURL / (self.joints - 1) + rng.uniform(-0.1, 0.1, self.joints - 1)
+            qpos[1:] += INITIAL_CURL / (self.joints - 1)
         self.data.qpos[:] = qpos
         self.data.qvel[:] = 0.0
         self.data.ctrl[:] = qpos if self.actuation == "position" else 0.0
@@ -236,7 +239,7 @@ class ReachArm(gymnasium.Env):
             radius = TOTAL_LENGTH
         else:  # uniform by area in the annulus
             radius = np.sqrt(rng.uniform(TARGET_MIN_RADIUS ** 2, TARGET_MAX_RADIUS ** 2))
-        angle = rng.uniform(-np.pi, np.pi)
+        angle = rng.uniform(-TARGET_MAX_ANGLE, TARGET_MAX_ANGLE)
         self.model.site_pos[self._target_id, :2] = radius * np.cos(angle), radius * np.sin(angle)
 
         mujoco.mj_forward(self.model, self.data)
