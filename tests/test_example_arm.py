@@ -90,7 +90,7 @@ def test_truncates_after_max_steps_and_never_terminates():
         assert not terminated
         assert truncated == (t == 13)
         assert np.isfinite(reward) and set(info) >= {"distance", "is_success"}
-        assert reward <= -info["distance"]
+        assert reward <= arm.SUCCESS_BONUS * info["is_success"] - info["distance"]
 
 
 @pytest.mark.parametrize("actuation", arm.ACTUATIONS)
@@ -107,6 +107,18 @@ def test_scripted_controller_quantized_to_five_levels_still_solves_the_position_
         return levels[np.abs(action[:, None] - levels).argmin(axis=1)]
 
     assert _success_rate(quantized) >= 0.9
+
+
+def test_reward_is_the_bonus_on_the_target_minus_distance_and_effort():
+    env = arm.make_arm()
+    env.reset(seed=3)
+    _, reward, _, _, info = env.step(np.zeros(3, np.float32))
+    assert not info["is_success"] and reward == pytest.approx(-info["distance"])
+    env.unwrapped.model.site_pos[env.unwrapped._target_id, :2] = env.unwrapped.fingertip  # target under the tip
+    action = np.array([0.1, 0.0, 0.0], np.float32)
+    _, reward, _, _, info = env.step(action)
+    assert info["is_success"]
+    assert reward == pytest.approx(arm.SUCCESS_BONUS - info["distance"] - 0.01 * float(np.sum(action ** 2)))
 
 
 def test_position_servo_follows_its_set_point_and_holds():
