@@ -62,10 +62,10 @@ class TimedTree:
         return timed
 
 
-def measure(batch, num_actions, num_simulations, repeats, action_spec=None):
+def measure(batch, num_actions, num_simulations, repeats, action_spec=None, root_unvisited_q="zero"):
     """Joint mode over A = num_actions, or (action_spec) Gumbel search over K = num_actions
     candidates, which includes drawing them at every expanded node."""
-    config = SearchConfig(num_simulations=num_simulations)
+    config = SearchConfig(num_simulations=num_simulations, root_unvisited_q=root_unvisited_q)
     outputs = num_actions
     if action_spec is not None:
         config, outputs = config.replace(num_candidates=num_actions), action_spec.policy_size
@@ -97,18 +97,22 @@ def main():
     parser.add_argument("--quick", action="store_true", help="B in {1, 64}, A in {18}, fewer repeats")
     parser.add_argument("--simulations", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--root-unvisited-q", choices=["zero", "mean"], default="zero",
+                        help="pUCT score of unvisited root children (search.root_unvisited_q)")
     parser.add_argument("--sampled", action="store_true",
                         help="also time Gumbel search over K = 16 sampled candidates (gaussian, D = 6)")
     args = parser.parse_args()
     batches, actions = ([1, 64], [18]) if args.quick else ([1, 8, 64, 256], [6, 18, 125])
     repeats = 3 if args.quick else args.repeats
     search_module._TREE_CLASS = search_module.Tree
-    print(f"search benchmark: {args.simulations} simulations, hidden {HIDDEN} floats, median of {repeats}")
+    print(f"search benchmark: {args.simulations} simulations, hidden {HIDDEN} floats, median of {repeats}, "
+          f"root_unvisited_q={args.root_unvisited_q}")
     print("| B x A | wall ms | simulations/s | time in C++ |")
     print("|---|---|---|---|")
     for num_actions in actions:
         for batch in batches:
-            wall, rate, share = measure(batch, num_actions, args.simulations, repeats)
+            wall, rate, share = measure(batch, num_actions, args.simulations, repeats,
+                                        root_unvisited_q=args.root_unvisited_q)
             print(f"| {batch} x {num_actions} | {wall * 1e3:.2f} | {rate / 1e3:.0f}k | {share:.0%} |", flush=True)
     if args.sampled:
         spec = ActionSpec("gaussian", dims=6)
