@@ -78,7 +78,8 @@ def test_reset_is_deterministic_given_the_seed():
         target = a.reset(seed=s)[0]["target"]
         assert arm.TARGET_MIN_RADIUS - 1e-6 <= np.linalg.norm(target) <= arm.TARGET_MAX_RADIUS + 1e-6
         assert target[0] >= 0
-        assert np.all(np.abs(a.data.qpos - [0, 0.75, 0.75]) <= arm.HOME_JITTER + 1e-9)  # near home
+        home = [0.0, arm.INITIAL_CURL / 2, arm.INITIAL_CURL / 2]  # base along +x, the curl shared by two joints
+        assert np.all(np.abs(a.data.qpos - home) <= arm.HOME_JITTER + 1e-9)
 
 
 def test_truncates_after_max_steps_and_never_terminates():
