@@ -1,17 +1,23 @@
 """Reports over run directories: learning curves (PNG) and Markdown tables.
 
 A run's final score is its ``eval.json`` (``ez-robot eval``) when there is one, else its
-last periodic evaluation from ``metrics.jsonl``.  Across seeds of one task a table gives
-the mean with a 95% bootstrap confidence interval; across Atari games, the mean, median
-and interquartile mean (IQM) of human-normalized scores with stratified bootstrap
-intervals (runs resampled within each game), the conventions of Agarwal et al. 2021
-("Deep RL at the edge of the statistical precipice", the rliable library).
+last periodic evaluation from ``metrics.jsonl``.  Runs are grouped by task and, within a
+task, by their settings: runs whose configs differ in anything but the seed (an ablation
+switch, an action mode, a budget, a ``--set``) form separate groups, named by the keys
+that differ.  A summary table gives each group's mean over seeds with a 95% bootstrap
+confidence interval, beside the published DMControl 100k scores where the task has them
+(``configs/scores/dmc.yaml``); across Atari games, the mean, median and interquartile mean
+(IQM) of human-normalized scores with stratified bootstrap intervals (runs resampled within
+each game), the conventions of Agarwal et al. 2021 ("Deep RL at the edge of the
+statistical precipice", the rliable library).
 """
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +26,12 @@ import yaml
 from ez_robot.errors import RunError
 from ez_robot.evaluation import human_normalized
 
-__all__ = ["RunRecord", "read_run", "bootstrap_ci", "iqm", "aggregate_atari", "write_report"]
+__all__ = ["RunRecord", "read_run", "group_runs", "bootstrap_ci", "iqm", "aggregate_atari",
+           "dmc_reference_scores", "write_report"]
 
 LOSSES = ("loss", "value_loss", "policy_loss", "value_prefix_loss", "consistency_loss")
 CONFIDENCE = 0.95
+NOT_SETTINGS = ("seed",)  # runs that differ only in these are seeds of one setting
 
 
 @dataclass
@@ -35,10 +43,34 @@ class RunRecord:
     train: list[dict] = field(default_factory=list)    # training metrics, in order
     final: float | None = None
     final_source: str = ""
+    final_success: float | None = None                # success rate, for envs reporting is_success
+    config: dict = field(default_factory=dict)         # config.yaml with dotted keys
 
     @property
     def label(self) -> str:
         return f"{self.task} seed {self.seed}"
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _complete(config: dict) -> dict:
+    """The saved config with the keys it lacks at their defaults, as ``--resume`` reads it;
+    unchanged where it does not load (a key from a newer ez-robot)."""
+    from ez_robot.config import config_from_dict, config_to_dict
+    from ez_robot.errors import ConfigError
+
+    try:
+        return config_to_dict(config_from_dict(config))
+    except (ConfigError, TypeError, ValueError):
+        return config
 
 
 def read_run(run_dir: str | Path) -> RunRecord:
@@ -54,7 +86,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         task, seed = config["env"]["task"], int(config["seed"])
     except (yaml.YAMLError, KeyError, TypeError, ValueError) as error:
         raise RunError(f"{config_path} is not a readable run config ({error})") from None
-    record = RunRecord(run_dir, task, seed)
+    record = RunRecord(run_dir, task, seed, config=_flatten(_complete(config)))
     lines = metrics_path.read_text().splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -72,11 +104,15 @@ def read_run(run_dir: str | Path) -> RunRecord:
     eval_json = run_dir / "eval.json"
     if eval_json.is_file():
         try:
-            record.final, record.final_source = float(json.loads(eval_json.read_text())["mean"]), "eval.json"
+            result = json.loads(eval_json.read_text())
+            record.final, record.final_source = float(result["mean"]), "eval.json"
+            record.final_success = None if result.get("success_rate") is None else float(result["success_rate"])
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             raise RunError(f"{eval_json} is not a readable evaluation result") from None
     elif record.evals:
         record.final, record.final_source = float(record.evals[-1]["mean"]), "last training eval"
+        success = record.evals[-1].get("success_rate")
+        record.final_success = None if success is None else float(success)
     return record
 
 
@@ -125,10 +161,46 @@ def aggregate_atari(scores: dict[str, list[float]], **kwargs) -> dict[str, tuple
 
 # --- the report ---------------------------------------------------------------------------
 
+@functools.cache
+def dmc_reference_scores() -> dict:
+    """``{"columns": {key: heading}, "scores": {task: {key: [mean, std]}}}``: the paper's table."""
+    text = resources.files("ez_robot.configs").joinpath("scores", "dmc.yaml").read_text()
+    return yaml.safe_load(text)
+
+
 def _slug(task: str) -> str:
     from ez_robot.envs import task_slug
 
     return task_slug(task)
+
+
+def _setting(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "(unset)" if value is None else str(value)
+
+
+def group_runs(runs: list[RunRecord]) -> list[tuple[str, str, list[RunRecord]]]:
+    """``(task, settings, runs)`` groups, sorted; each group's runs sorted by seed.
+
+    ``settings`` names, as ``key=value``, the config keys in which the task's runs differ
+    (the seed aside), with this group's values; it is "" when every run of the task has the
+    same settings.  A key that a run's config lacks (written by an older ez-robot) counts
+    as its default value (see :func:`read_run`).
+    """
+    by_task: dict[str, list[RunRecord]] = defaultdict(list)
+    for run in runs:
+        by_task[run.task].append(run)
+    groups = []
+    for task, task_runs in sorted(by_task.items()):
+        keys = sorted({key for run in task_runs for key in run.config} - set(NOT_SETTINGS))
+        differing = [k for k in keys if len({repr(run.config.get(k)) for run in task_runs}) > 1]
+        by_setting: dict[str, list[RunRecord]] = defaultdict(list)
+        for run in task_runs:
+            by_setting[", ".join(f"{k}={_setting(run.config.get(k))}" for k in differing)].append(run)
+        for setting, members in sorted(by_setting.items()):
+            groups.append((task, setting, sorted(members, key=lambda r: r.seed)))
+    return groups
 
 
 def _plot_returns(task: str, runs: list[RunRecord], path: Path) -> None:
@@ -187,6 +259,13 @@ def _fmt(point: float, low: float, high: float) -> str:
     return f"{point:.3g}" if low == high else f"{point:.3g} [{low:.3g}, {high:.3g}]"
 
 
+def _frames(runs: list[RunRecord]) -> str:
+    frames = sorted({run.evals[-1]["env_frames"] for run in runs if run.evals})
+    if not frames:
+        return "-"
+    return str(frames[0]) if len(frames) == 1 else f"{frames[0]}-{frames[-1]}"
+
+
 def write_report(run_dirs, out_dir: str | Path) -> Path:
     """Curves and tables for ``run_dirs`` into ``out_dir``; returns the Markdown file."""
     runs = [read_run(d) for d in run_dirs]
@@ -194,36 +273,78 @@ def write_report(run_dirs, out_dir: str | Path) -> Path:
         raise RunError("no run directories given")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    by_task: dict[str, list[RunRecord]] = defaultdict(list)
-    for run in runs:
-        by_task[run.task].append(run)
+    groups = group_runs(runs)
+    settings_per_task = defaultdict(int)
+    for task, _, _ in groups:
+        settings_per_task[task] += 1
+    references = dmc_reference_scores()
+    reference_keys = [key for key in references["columns"]
+                      if any(key in references["scores"].get(task, {}) for task, _, _ in groups)]
+    with_success = any(run.final_success is not None for run in runs)  # envs that report is_success
 
-    lines = ["# ez-robot report", "",
-             f"Final score: `eval.json` when the run has one, else its last training evaluation. "
-             f"Intervals: {CONFIDENCE:.0%} percentile bootstrap over seeds.", ""]
+    summary = ["## Summary", "",
+               "Final score: mean over seeds [95% bootstrap interval]; env frames at the last training "
+               "evaluation. Published columns: mean +- std over their seeds, 100k env frames.", "",
+               "| task | settings | obs | seeds | env frames | final score |"
+               + (" success rate |" if with_success else "")
+               + "".join(f" {references['columns'][k]} |" for k in reference_keys),
+               "|---|---|---|---|---|---|" + "---|" * (len(reference_keys) + with_success)]
+    sections = []
     atari_scores: dict[str, list[float]] = {}
-    for task, task_runs in sorted(by_task.items()):
-        task_runs.sort(key=lambda r: r.seed)
-        _plot_returns(task, task_runs, out / f"{_slug(task)}-return.png")
-        _plot_losses(task, task_runs, out / f"{_slug(task)}-losses.png")
-        lines += [f"## {task}", "", f"![return]({_slug(task)}-return.png)", "",
-                  "| seed | env frames | final score | source | best training eval |", "|---|---|---|---|---|"]
+    excluded_games = []
+    index = defaultdict(int)
+    for task, setting, members in groups:
+        slug = _slug(task)
+        if settings_per_task[task] > 1:
+            index[task] += 1
+            slug = f"{slug}-{index[task]}"
+        title = f"{task} ({setting})" if setting else task
+        _plot_returns(title, members, out / f"{slug}-return.png")
+        _plot_losses(title, members, out / f"{slug}-losses.png")
+        lines = [f"## {title}", "", f"![return]({slug}-return.png)", "",
+                 "| seed | env frames | final score | source | best training eval |", "|---|---|---|---|---|"]
         finals = []
-        for run in task_runs:
+        for run in members:
             frames = run.evals[-1]["env_frames"] if run.evals else "-"
             best = f"{max(e['mean'] for e in run.evals):.1f}" if run.evals else "-"
             final = "-" if run.final is None else f"{run.final:.1f}"
+            if run.final_success is not None:
+                final += f" ({run.final_success:.0%} success)"
             lines.append(f"| {run.seed} | {frames} | {final} | {run.final_source or 'no evaluation'} | {best} |")
             if run.final is not None:
                 finals.append(run.final)
+        score = "-"
         if finals:
-            lines += ["", f"Mean final score over {len(finals)} seed(s): "
-                          f"{_fmt(*bootstrap_ci([finals], lambda s: s[0].mean()))}"]
+            score = _fmt(*bootstrap_ci([finals], lambda s: s[0].mean()))
+            lines += ["", f"Mean final score over {len(finals)} seed(s): {score}"]
             normalized = [human_normalized(task, f) for f in finals]
             if normalized[0] is not None:
-                atari_scores[task] = normalized
                 lines.append(f"Human-normalized: {_fmt(*bootstrap_ci([normalized], lambda s: s[0].mean()))}")
-        lines += ["", f"![losses]({_slug(task)}-losses.png)", ""]
+                if settings_per_task[task] == 1:
+                    atari_scores[task] = normalized
+                elif task not in excluded_games:
+                    excluded_games.append(task)
+        lines += ["", f"![losses]({slug}-losses.png)", ""]
+        sections += lines
+
+        task_references = references["scores"].get(task, {})
+        published = "".join(
+            f" {task_references[k][0]} +- {task_references[k][1]} |" if k in task_references else " - |"
+            for k in reference_keys)
+        seeds = ", ".join(str(run.seed) for run in members)
+        obs = _setting(members[0].config.get("env.obs"))
+        if with_success:
+            rates = [run.final_success for run in members if run.final_success is not None]
+            rate = "-" if not rates else _fmt(*(100 * x for x in bootstrap_ci([rates], lambda s: s[0].mean())))
+            score += f" | {rate}{'%' if rates else ''}"
+        summary.append(f"| {task} | {setting or '-'} | {obs} | {len(members)} ({seeds}) | {_frames(members)} "
+                       f"| {score} |{published}")
+
+    lines = ["# ez-robot report", "",
+             f"Final score: `eval.json` when the run has one, else its last training evaluation. "
+             f"Intervals: {CONFIDENCE:.0%} percentile bootstrap over seeds. Runs of a task whose "
+             f"settings differ (the seed aside) are reported apart, named by those settings.", "",
+             *summary, "", *sections]
     if atari_scores:
         agg = aggregate_atari(atari_scores)
         lines += ["## Atari: human-normalized scores across games", "",
@@ -231,6 +352,8 @@ def write_report(run_dirs, out_dir: str | Path) -> Path:
                   "intervals from a stratified bootstrap (runs resampled within each game).", "",
                   "| statistic | value |", "|---|---|"]
         lines += [f"| {name} | {_fmt(*agg[name])} |" for name in ("mean", "median", "iqm")]
+        if excluded_games:
+            lines += ["", "Left out (runs with different settings): " + ", ".join(excluded_games)]
         lines.append("")
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")

@@ -177,6 +177,76 @@ def test_report_writes_curves_and_a_table_across_seeds(tmp_path, tiny_run):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
 
 
+def _copy_run(source, dest, edit):
+    shutil.copytree(source, dest)
+    config = yaml.safe_load((dest / "config.yaml").read_text())
+    edit(config)
+    (dest / "config.yaml").write_text(yaml.safe_dump(config))
+    (dest / "eval.json").unlink(missing_ok=True)
+    return dest
+
+
+def test_report_combines_tasks_and_keeps_ablations_apart(tmp_path, tiny_run):
+    """Seeds of one setting pool; an ablation and another task get rows of their own, with the
+    paper's published columns where the task has them."""
+    runs = tmp_path / "runs"
+    seed1 = _copy_run(tiny_run, runs / "cartpole-s1", lambda c: c.update(seed=1))
+    ablation = _copy_run(tiny_run, runs / "cartpole-noconsistency", lambda c: c["train"].update(consistency=False))
+    reacher = _copy_run(tiny_run, runs / "reacher", lambda c: c["env"].update(task="reacher_easy"))
+    out = ez("report", str(tiny_run), str(seed1), str(ablation), str(reacher), "-o", str(tmp_path / "report"))
+    assert out.returncode == 0, out.stderr
+    table = (tmp_path / "report" / "report.md").read_text()
+    summary = table.split("## Summary")[1].split("\n## ")[0]
+    rows = [line for line in summary.splitlines() if line.startswith("| ") and not line.startswith("| task")]
+    assert len(rows) == 3, summary
+    finals = {}
+    for row in rows:
+        task, setting, obs, seeds, frames, score, paper_ez, paper_sac = [c.strip() for c in row.strip("|").split("|")]
+        finals[(task, setting)] = (seeds, score, paper_ez, paper_sac)
+        assert obs == "state" and frames == "1600"
+    assert finals[("cartpole_swingup", "train.consistency=true")][0] == "2 (0, 1)"
+    assert finals[("cartpole_swingup", "train.consistency=false")][0] == "1 (0)"
+    assert finals[("cartpole_swingup", "train.consistency=true")][2:] == ("813 +- 19", "835 +- 22")
+    assert finals[("reacher_easy", "-")][2:] == ("952 +- 34", "746 +- 25")
+    # the pooled row's score is the mean of its seeds' finals (the copies share the curve)
+    pooled = float(finals[("cartpole_swingup", "train.consistency=true")][1].split()[0])
+    single = float(finals[("cartpole_swingup", "train.consistency=false")][1])
+    assert pooled == pytest.approx(single, rel=1e-2)
+    assert "## cartpole_swingup (train.consistency=false)" in table and "## reacher_easy" in table
+    for name in ("cartpole_swingup-1-return.png", "cartpole_swingup-2-return.png", "reacher_easy-return.png"):
+        assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_gives_success_rates_of_envs_that_report_them(tmp_path, tiny_run):
+    runs = []
+    for seed, rate in ((0, 0.5), (1, 1.0)):
+        run = _copy_run(tiny_run, tmp_path / f"s{seed}", lambda c, seed=seed: c.update(seed=seed))
+        (run / "eval.json").write_text(json.dumps({"mean": 10.0 * seed, "success_rate": rate}))
+        runs.append(str(run))
+    out = ez("report", *runs, "-o", str(tmp_path / "report"))
+    assert out.returncode == 0, out.stderr
+    table = (tmp_path / "report" / "report.md").read_text()
+    header, _, row = table.split("## Summary")[1].strip().splitlines()[2:5]
+    assert "| final score | success rate |" in header
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[5].startswith("5 [") and cells[6].startswith("75 [") and cells[6].endswith("%")
+    assert "| 0.0 (50% success) | eval.json |" in table and "| 10.0 (100% success) | eval.json |" in table
+
+
+def test_report_reads_a_missing_config_key_as_its_default(tmp_path, tiny_run):
+    """A run saved before a key existed groups with runs that hold the key at its default."""
+    from ez_robot.config import config_from_dict
+    from ez_robot.report import group_runs, read_run
+
+    old = _copy_run(tiny_run, tmp_path / "old", lambda c: c["reanalyze"].pop("sweeps_per_target"))
+    other = _copy_run(tiny_run, tmp_path / "other", lambda c: c["reanalyze"].update(sweeps_per_target=4))
+    default = config_from_dict(yaml.safe_load((tiny_run / "config.yaml").read_text())).reanalyze.sweeps_per_target
+    assert default != 4
+    groups = group_runs([read_run(tiny_run), read_run(old), read_run(other)])
+    assert [(setting, len(runs)) for _, setting, runs in groups] == [
+        (f"reanalyze.sweeps_per_target={default}", 2), ("reanalyze.sweeps_per_target=4", 1)]
+
+
 def test_report_on_a_directory_that_is_not_a_run(tmp_path):
     out = ez("report", str(tmp_path))
     assert out.returncode != 0
