@@ -172,12 +172,13 @@ class Agent:
     """A trained run's search policy, acting on the observations of the task's own env
     (a Dict observation as the env gives it) and answering in that env's action space: a
     vector within its Box bounds, or a discrete index.  Each call runs the greedy search
-    of ``ez-robot eval`` (no root noise, temperature 0)."""
+    of ``ez-robot eval`` (no root noise, temperature 0), on the network backend the run
+    trained with (``train.inference``: onnxruntime on a CPU by default, else torch)."""
 
     def __init__(self, run):
         from ez_robot.envs import make_from_config
         from ez_robot.envs.wrappers import FlatObservations, JointDiscreteActions, NormalizedActions, find_wrapper
-        from ez_robot.inference import TorchInference, search_config
+        from ez_robot.inference import make_inference, search_config
 
         self.run_dir, self.config, self.net = run.run_dir, run.config, run.net
         self.task = run.config.env.task
@@ -192,7 +193,9 @@ class Agent:
         finally:
             env.close()
         device = next(run.net.parameters()).device
-        self._inference = TorchInference(run.net, device)
+        # onnxruntime on the CPU when the run's config says so (the default): one search
+        # makes many batch-1 network calls, where torch's per-call overhead dominates
+        self._inference = make_inference(run.net, device, run.config.train.inference)
         self._search = search_config(run.config).replace(add_noise=False, temperature=0.0)
         self._rng = np.random.default_rng(0)
 
