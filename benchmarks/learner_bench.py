@@ -5,8 +5,9 @@ that is left per training step once reanalyze reads stored search results.
 
 A synthetic batch (context from a synthetic replay, value and policy targets from it,
 no search) for the DMC-state preset (cartpole_swingup: batch 256, 5 actions), the
-classic preset (gym:CartPole-v1: batch 64, 2 actions) and, at batch 16, the Atari ResNet
-(Pong: 6 actions).  Median step time per torch thread count; ``--profile`` adds the
+classic preset (gym:CartPole-v1: batch 64, 2 actions), the DMC-pixels preset
+(``cartpole_swingup:pixels``: the ResNet on 3 stacked 84x84 RGB frames, the paper's batch of
+256, 5 actions) and, at batch 16, the Atari ResNet (Pong: 6 actions).  Median step time per torch thread count; ``--profile`` adds the
 operators that take the most time (torch.profiler, first thread count).
 """
 import argparse
@@ -45,17 +46,20 @@ def main():
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--tasks", nargs="+", default=["cartpole_swingup", "gym:CartPole-v1", "atari:Pong"])
+    parser.add_argument("--tasks", nargs="+",
+                        default=["cartpole_swingup", "gym:CartPole-v1", "atari:Pong", "cartpole_swingup:pixels"])
     args = parser.parse_args()
     cases = {"cartpole_swingup": ((5,), 1, 5, np.float32, None), "gym:CartPole-v1": ((4,), 1, 2, np.float32, None),
-             "atari:Pong": ((3, 96, 96), 4, 6, np.uint8, 16)}
+             "atari:Pong": ((3, 96, 96), 4, 6, np.uint8, 16),
+             "cartpole_swingup:pixels": ((3, 84, 84), 3, 5, np.uint8, None)}
     print(f"torch {torch.__version__}; median of {args.steps} steps")
     print("| preset | batch | " + " | ".join(f"{n} thread(s) (ms)" for n in args.threads) + " |")
     print("|---|---|" + "---|" * len(args.threads))
     profiles = []
     for task in args.tasks:
         frame_shape, stack, actions, dtype, batch = cases[task]
-        config = load_config(task)
+        pixels = task.endswith(":pixels")
+        config = load_config(task.removesuffix(":pixels"), obs="pixels") if pixels else load_config(task)
         batch = batch or config.train.batch_size
         rng = np.random.default_rng(0)
         context, targets, weights = batch_for(config, frame_shape, stack, actions, dtype, batch, rng)

@@ -7,12 +7,13 @@ prepared; ``reanalyze`` then searches every bootstrap observation (off-policy va
 correction) and 99% of the policy observations with the target network, 50
 simulations, in one batched call.  Reported: roots searched, wall time split into
 context / search, and roots/s, for the DMC-state preset (cartpole_swingup, 5 actions)
-and, at a smaller batch, the Atari ResNet (Pong's 6 actions).
+and, at a smaller batch, the Atari ResNet (Pong's 6 actions) and the DMC-pixels ResNet
+(cartpole_swingup from 3 stacked 84x84 frames); ``--models`` picks among them.
 
 buffer mode: the sweep's unit of work, one 410-observation segment searched by
 ``search_segments``, and what that makes per training step when every stored
 observation is searched once per target period (200 steps) at the buffer sizes of a
-100k run (cartpole_swingup: 12,500 moves; Atari: 100,000), against batch mode's
+100k run (cartpole_swingup: 12,500 moves, from states or pixels; Atari: 100,000), against batch mode's
 per-step search (torch), with each ``--inference`` backend (``train.inference``).
 """
 import argparse
@@ -38,16 +39,21 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--inference", nargs="+", default=["torch", "onnxruntime"],
                         choices=["torch", "onnxruntime"], help="backends for the sweep rows")
+    parser.add_argument("--models", nargs="+", default=["state", "atari", "pixels"],
+                        choices=["state", "atari", "pixels"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s), device {args.device}")
     print("| model | batch | roots searched | context (ms) | search (s) | roots/s |")
     print("|---|---|---|---|---|---|")
     sweeps = []
-    for label, task, frame_shape, stack, actions, dtype, batch, buffer in [
-            ("DMC state MLP", "cartpole_swingup", (5,), 1, 5, np.float32, args.batch, 12_500),
-            ("Atari ResNet", "atari:Pong", (3, 96, 96), 4, 6, np.uint8, args.atari_batch, 100_000)]:
-        config = load_config(task)
+    models = {
+        "state": ("DMC state MLP", "cartpole_swingup", "state", (5,), 1, 5, np.float32, args.batch, 12_500),
+        "atari": ("Atari ResNet", "atari:Pong", "state", (3, 96, 96), 4, 6, np.uint8, args.atari_batch, 100_000),
+        "pixels": ("DMC pixel ResNet", "cartpole_swingup", "pixels", (3, 84, 84), 3, 5, np.uint8, args.atari_batch,
+                   12_500)}
+    for label, task, obs, frame_shape, stack, actions, dtype, batch, buffer in (models[m] for m in args.models):
+        config = load_config(task, obs=obs)
         rng = np.random.default_rng(0)
         replay = ReplayBuffer(ReplayConfig(capacity=20_000, min_replay_size=1))
         for _ in range(10):
