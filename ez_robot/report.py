@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ez_robot.errors import RunError
+from ez_robot.errors import ConfigError, RunError
 from ez_robot.evaluation import human_normalized
 
 __all__ = ["RunRecord", "read_run", "group_runs", "bootstrap_ci", "iqm", "aggregate_atari",
@@ -65,7 +65,6 @@ def _complete(config: dict) -> dict:
     """The saved config with the keys it lacks at their defaults, as ``--resume`` reads it;
     unchanged where it does not load (a key from a newer ez-robot)."""
     from ez_robot.config import config_from_dict, config_to_dict
-    from ez_robot.errors import ConfigError
 
     try:
         return config_to_dict(config_from_dict(config))
