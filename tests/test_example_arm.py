@@ -110,8 +110,9 @@ def test_scripted_controller_quantized_to_five_levels_still_solves_the_position_
     assert _success_rate(quantized) >= 0.9
 
 
-def test_reward_is_the_bonus_on_the_target_minus_distance_and_effort():
-    env = arm.make_arm()
+@pytest.mark.parametrize("action_cost", [arm.ACTION_COST, 0.1])
+def test_reward_is_the_bonus_on_the_target_minus_distance_and_effort(action_cost):
+    env = arm.make_arm(action_cost=action_cost)
     env.reset(seed=3)
     _, reward, _, _, info = env.step(np.zeros(3, np.float32))
     assert not info["is_success"] and reward == pytest.approx(-info["distance"])
@@ -119,7 +120,7 @@ def test_reward_is_the_bonus_on_the_target_minus_distance_and_effort():
     action = np.array([0.1, 0.0, 0.0], np.float32)
     _, reward, _, _, info = env.step(action)
     assert info["is_success"]
-    assert reward == pytest.approx(arm.SUCCESS_BONUS - info["distance"] - 0.01 * float(np.sum(action ** 2)))
+    assert reward == pytest.approx(arm.SUCCESS_BONUS - info["distance"] - action_cost * float(np.sum(action ** 2)))
 
 
 def test_position_servo_follows_its_set_point_and_holds():
@@ -139,6 +140,8 @@ def test_position_servo_follows_its_set_point_and_holds():
     ({"joints": 0}, "joints"), ({"joints": 9}, "joints"), ({"joints": 2.5}, "joints"),
     ({"max_steps": 0}, "max_steps"), ({"success_radius": -0.1}, "success_radius"),
     ({"render_mode": "human"}, "render_mode"), ({"actuation": "velocity"}, "actuation"),
+    ({"action_cost": -0.1}, "action_cost"), ({"action_cost": float("inf")}, "action_cost"),
+    ({"action_cost": "0.1"}, "action_cost"),
 ])
 def test_bad_arguments_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -37,7 +37,7 @@ Reset
     from ``self.np_random``: the same seed gives the same episode.
 
 Reward and success
-    reward = 1[distance < success_radius] - distance(fingertip, target) - 0.01 * sum(action**2),
+    reward = 1[distance < success_radius] - distance(fingertip, target) - action_cost * sum(action**2),
     every decision: the distance guides the fingertip in, the bonus (``SUCCESS_BONUS``, as
     dm_control's reacher pays 1 inside its target) makes staying on the target worth more
     than hovering a few centimetres away.
@@ -82,6 +82,7 @@ SERVO_KP = 20.0           # N m / rad, the position servo's stiffness
 SERVO_KV = 0.6            # N m s / rad, its damping
 ACTUATIONS = ("position", "torque")
 SUCCESS_BONUS = 1.0       # reward per decision with the fingertip on the target
+ACTION_COST = 0.01        # reward lost per unit of sum(action**2), every decision
 
 
 def arm_mjcf(joints: int = 3, actuation: str = "position") -> str:
@@ -153,7 +154,7 @@ class ReachArm(gymnasium.Env):
 
     def __init__(self, joints: int = 3, frame_skip: int = 4, max_steps: int = 50,
                  success_radius: float = 0.03, actuation: str = "position",
-                 render_mode: str | None = None):
+                 action_cost: float = ACTION_COST, render_mode: str | None = None):
         def is_int(x):
             return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
@@ -166,6 +167,9 @@ class ReachArm(gymnasium.Env):
         if (isinstance(success_radius, bool) or not isinstance(success_radius, (int, float, np.number))
                 or not 0.0 < float(success_radius) < TOTAL_LENGTH):
             raise ValueError(f"success_radius must be a number in (0, {TOTAL_LENGTH}) metres, got {success_radius!r}")
+        if (isinstance(action_cost, bool) or not isinstance(action_cost, (int, float, np.number))
+                or not 0.0 <= float(action_cost) < np.inf):
+            raise ValueError(f"action_cost must be a non-negative finite number, got {action_cost!r}")
         if actuation not in ACTUATIONS:
             raise ValueError(f"actuation must be one of {ACTUATIONS}, got {actuation!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -173,6 +177,7 @@ class ReachArm(gymnasium.Env):
 
         self.joints = int(joints)
         self.frame_skip = int(frame_skip)
+        self.action_cost = float(action_cost)
         self.max_steps = int(max_steps)
         self.success_radius = float(success_radius)
         self.actuation = actuation
@@ -271,7 +276,7 @@ class ReachArm(gymnasium.Env):
 
         distance = self.distance()
         success = distance < self.success_radius
-        reward = SUCCESS_BONUS * success - distance - 0.01 * float(np.sum(action ** 2))
+        reward = SUCCESS_BONUS * success - distance - self.action_cost * float(np.sum(action ** 2))
         truncated = self._steps >= self.max_steps
         info = {"distance": distance, "is_success": success}
         return self._observation(), reward, False, truncated, info
@@ -291,10 +296,11 @@ class ReachArm(gymnasium.Env):
 
 
 def make_arm(joints: int = 3, max_steps: int = 50, success_radius: float = 0.03,
-             actuation: str = "position", render_mode: str | None = None) -> ReachArm:
+             actuation: str = "position", action_cost: float = ACTION_COST,
+             render_mode: str | None = None) -> ReachArm:
     """The factory for ``--task examples/arm/reach_arm.py:make_arm`` (arguments checked by ReachArm)."""
     return ReachArm(joints=joints, max_steps=max_steps, success_radius=success_radius,
-                    actuation=actuation, render_mode=render_mode)
+                    actuation=actuation, action_cost=action_cost, render_mode=render_mode)
 
 
 # the scripted controller's gains
