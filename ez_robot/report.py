@@ -54,7 +54,7 @@ class RunRecord:
 def _flatten(tree: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in tree.items():
-        if isinstance(value, dict) and value:
+        if isinstance(value, dict):  # an empty one (no env.kwargs) adds no key: its absence says it
             flat.update(_flatten(value, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value

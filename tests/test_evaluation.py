@@ -248,6 +248,17 @@ def test_report_reads_a_missing_config_key_as_its_default(tmp_path, tiny_run):
         (f"reanalyze.sweeps_per_target={default}", 2), ("reanalyze.sweeps_per_target=4", 1)]
 
 
+def test_report_names_a_factory_argument_by_its_key(tmp_path, tiny_run):
+    """Runs with and without ``env.kwargs`` differ in that one argument, not in the whole dict."""
+    from ez_robot.report import group_runs, read_run
+
+    plain = _copy_run(tiny_run, tmp_path / "plain", lambda c: c["env"].update(kwargs={}))
+    costly = _copy_run(tiny_run, tmp_path / "costly", lambda c: c["env"].update(kwargs={"action_cost": 0.1}))
+    groups = group_runs([read_run(plain), read_run(costly)])
+    assert sorted(setting for _, setting, _ in groups) == ["env.kwargs.action_cost=(unset)",
+                                                           "env.kwargs.action_cost=0.1"]
+
+
 def test_report_on_a_directory_that_is_not_a_run(tmp_path):
     out = ez("report", str(tmp_path))
     assert out.returncode != 0
