@@ -46,8 +46,8 @@ Reward and success
     terminates; it is truncated after ``max_steps`` decisions (default 50, i.e. 2 s).
     It counts as solved when ``is_success`` holds at its last decision.
 
-Training it with ez-robot (the best setting measured: 80-84% success on 50-100 episodes
-after 14k decisions, 23 min on 2 cores; see the README)
+Training it with ez-robot (seed 0 of this command: 80-84% success on 50-100 episodes after
+14k decisions, 23 min on 2 cores; seeds differ by tens of points; see the README)
     ez-robot train --task examples/arm/reach_arm.py:make_arm --budget 14k \
         --set env.action_mode=factorized --set replay.min_replay_size=1000 \
         --set train.batch_size=32 --set train.lr_final=0.03
