@@ -191,10 +191,11 @@ def test_report_combines_tasks_and_keeps_ablations_apart(tmp_path, tiny_run):
     """Seeds of one setting pool; an ablation and another task get rows of their own, with the
     paper's published columns where the task has them."""
     runs = tmp_path / "runs"
+    seed0 = _copy_run(tiny_run, runs / "cartpole-s0", lambda c: None)  # no eval.json, whatever ran before
     seed1 = _copy_run(tiny_run, runs / "cartpole-s1", lambda c: c.update(seed=1))
     ablation = _copy_run(tiny_run, runs / "cartpole-noconsistency", lambda c: c["train"].update(consistency=False))
     reacher = _copy_run(tiny_run, runs / "reacher", lambda c: c["env"].update(task="reacher_easy"))
-    out = ez("report", str(tiny_run), str(seed1), str(ablation), str(reacher), "-o", str(tmp_path / "report"))
+    out = ez("report", str(seed0), str(seed1), str(ablation), str(reacher), "-o", str(tmp_path / "report"))
     assert out.returncode == 0, out.stderr
     table = (tmp_path / "report" / "report.md").read_text()
     summary = table.split("## Summary")[1].split("\n## ")[0]
