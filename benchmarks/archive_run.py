@@ -37,13 +37,11 @@ def slim_metrics(lines: list[str], train_points: int) -> list[str]:
         except json.JSONDecodeError:
             continue  # a run killed mid-write leaves its last line cut short
     train = [i for i, r in enumerate(records) if r.get("kind") == "train"]
-    keep_train = set(np.asarray(train)[np.unique(np.linspace(0, len(train) - 1, train_points).round().astype(int))]
-                     .tolist()) if train and train_points > 0 else set()
-    kept = []
-    for i, record in enumerate(records):
-        if (record.get("kind") in ("eval", "resume") or i in keep_train or i == 0 or i == len(records) - 1):
-            kept.append(json.dumps(record))
-    return kept
+    keep = {0, len(records) - 1}
+    if train and train_points > 0:
+        picks = np.linspace(0, len(train) - 1, min(train_points, len(train))).round().astype(int)
+        keep.update(train[p] for p in picks)
+    return [json.dumps(r) for i, r in enumerate(records) if i in keep or r.get("kind") in ("eval", "resume")]
 
 
 def archive(run_dir: Path, dest_root: Path, name: str | None, train_points: int, force: bool) -> Path:
