@@ -158,17 +158,18 @@ class ReachArm(gymnasium.Env):
         def is_int(x):
             return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
+        def is_number(x):
+            return isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
+
         if not is_int(joints) or not 1 <= joints <= 8:
             raise ValueError(f"joints must be an integer in [1, 8], got {joints!r}")
         if not is_int(frame_skip) or frame_skip < 1:
             raise ValueError(f"frame_skip must be a positive integer, got {frame_skip!r}")
         if not is_int(max_steps) or max_steps < 1:
             raise ValueError(f"max_steps must be a positive integer, got {max_steps!r}")
-        if (isinstance(success_radius, bool) or not isinstance(success_radius, (int, float, np.number))
-                or not 0.0 < float(success_radius) < TOTAL_LENGTH):
+        if not is_number(success_radius) or not 0.0 < float(success_radius) < TOTAL_LENGTH:
             raise ValueError(f"success_radius must be a number in (0, {TOTAL_LENGTH}) metres, got {success_radius!r}")
-        if (isinstance(action_cost, bool) or not isinstance(action_cost, (int, float, np.number))
-                or not 0.0 <= float(action_cost) < np.inf):
+        if not is_number(action_cost) or not 0.0 <= float(action_cost) < np.inf:
             raise ValueError(f"action_cost must be a non-negative finite number, got {action_cost!r}")
         if actuation not in ACTUATIONS:
             raise ValueError(f"actuation must be one of {ACTUATIONS}, got {actuation!r}")
