@@ -8,8 +8,9 @@ cluster (:mod:`ez_robot.ray_cluster`), and logs, evaluates and checkpoints while
 - Evaluations run as tasks on the learner's weights of the moment, while training goes
   on; an evaluation still running at a checkpoint is redone by a resumed run.
 - Faults: a worker process that dies is restarted by Ray (``max_restarts``), pulls the
-  latest weights and goes on; restarts are logged.  An env that raises is made again
-  (:class:`ez_robot.envs.guard.RemakeOnError`), as in the single-process trainer.
+  latest weights and goes on; restarts are logged, and the decisions a dead self-play
+  worker was granted but never reported are granted again.  An env that raises is made
+  again (:class:`ez_robot.envs.guard.RemakeOnError`), as in the single-process trainer.
 """
 from __future__ import annotations
 

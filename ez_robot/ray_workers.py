@@ -72,11 +72,13 @@ class SharedStorage:
         self.played = counters.agent_steps  # agent steps played and reported (granted ones may still be playing)
         self.replay_moves, self.stopping, self.restarts = 0, False, restarts
         self.starts: dict[str, int] = defaultdict(int)
+        self.unreported: dict[int, int] = defaultdict(int)  # self-play worker -> agent steps granted, not reported
         self.events: list = []
         self.seconds: dict[str, float] = defaultdict(float)
 
-    def request_steps(self, wanted: int, num_envs: int) -> dict:
-        """Grants up to ``wanted`` agent steps (whole decisions of ``num_envs``)."""
+    def request_steps(self, wanted: int, num_envs: int, *, worker: int) -> dict:
+        """Grants self-play worker ``worker`` up to ``wanted`` agent steps (whole decisions
+        of ``num_envs``)."""
         c, ratio = self.counters, self.config.train.train_steps_per_agent_step
         ceiling = self.budget
         if self.replay_moves >= self.config.replay.min_replay_size:
@@ -85,12 +87,14 @@ class SharedStorage:
         granted = num_envs * -(-granted // num_envs) if granted > 0 and not self.stopping else 0
         c.agent_steps += granted
         c.env_frames += granted * self.config.env.action_repeat
+        self.unreported[worker] += granted
         return {"granted": granted, "train_steps": c.train_steps, "acting_version": self.weights["acting"][0],
                 "selfplay_done": c.agent_steps >= self.budget, "stop": self.stopping}
 
-    def report(self, steps: int, episodes: list, env_errors: list[str], seconds: dict) -> None:
-        """What a self-play worker played: ``steps`` agent steps, the episodes that ended."""
+    def report(self, steps: int, episodes: list, env_errors: list[str], seconds: dict, *, worker: int) -> None:
+        """What self-play worker ``worker`` played: ``steps`` agent steps, the episodes that ended."""
         self.played += steps
+        self.unreported[worker] -= steps
         for episode in episodes:
             self.counters.add_episode(episode.episode_return)
             self.events.append(("episode", self.counters.at(),
@@ -131,7 +135,12 @@ class SharedStorage:
         self.starts[key] += 1
         if generation:
             self.restarts += 1
-            self.events.append(("restart", self.counters.at(), {"worker": key, "restarts": self.restarts}))
+            event = {"worker": key, "restarts": self.restarts}
+            if kind == "selfplay":  # what it was granted and died before reporting is granted again
+                event["lost_steps"] = lost = self.unreported.pop(index, 0)
+                self.counters.agent_steps -= lost
+                self.counters.env_frames -= lost * self.config.env.action_repeat
+            self.events.append(("restart", self.counters.at(), event))
         return generation
 
     def drain(self) -> dict:
@@ -473,7 +482,8 @@ class SelfPlayWorker:
         decisions = 0
         while True:
             with self.stopwatch("selfplay.request"):
-                grant = ray.get(self.storage.request_steps.remote(STEPS_PER_REQUEST * self.num_envs, self.num_envs))
+                grant = ray.get(self.storage.request_steps.remote(STEPS_PER_REQUEST * self.num_envs, self.num_envs,
+                                                                  worker=self.index))
             if grant["stop"]:
                 return decisions
             if grant["granted"] == 0:
@@ -490,7 +500,7 @@ class SelfPlayWorker:
             steps = grant["granted"] // self.num_envs
             episodes, errors = self._play(steps, grant["train_steps"])
             decisions += steps
-            self.storage.report.remote(grant["granted"], episodes, errors, self.stopwatch.take())
+            self.storage.report.remote(grant["granted"], episodes, errors, self.stopwatch.take(), worker=self.index)
 
     def _play(self, decisions: int, train_steps: int) -> tuple[list, list[str]]:
         episodes, errors = [], []

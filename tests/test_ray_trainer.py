@@ -113,6 +113,7 @@ def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 @pytest.mark.parametrize("mode", ["buffer", "batch"])
 @pytest.mark.parametrize("trainer", ["single", "ray"])
 def test_both_trainers_learn_cartpole(local_ray, tmp_path, trainer, mode):
@@ -156,8 +157,34 @@ def test_the_learner_trains_only_on_what_self_play_has_played():
     storage = SharedStorage(config, Counters(agent_steps=600, train_steps=300), {"acting": (0, {})}, lead=16)
     storage.set_replay_moves(600)
     for _ in range(2):
-        assert storage.request_steps(STEPS_PER_REQUEST, 1)["granted"] == STEPS_PER_REQUEST
+        assert storage.request_steps(STEPS_PER_REQUEST, 1, worker=0)["granted"] == STEPS_PER_REQUEST
     assert storage.progress()["counters"].agent_steps == 616 and storage.progress()["played"] == 600
     assert train_steps_due(config, storage.progress()["played"]) == 300  # nothing new to train on yet
-    storage.report(STEPS_PER_REQUEST, [], [], {})
+    storage.report(STEPS_PER_REQUEST, [], [], {}, worker=0)
     assert train_steps_due(config, storage.progress()["played"]) == 304
+
+
+def test_a_grant_lost_with_its_worker_is_granted_again():
+    """A self-play worker killed between a grant and its report never plays those
+    decisions.  Before, the storage kept them as spent: self-play ended short of the
+    budget, the learner's ratio never reached the last training steps and the run waited
+    forever (the killed-worker test hung about one run in eight).  The restarted worker
+    gets them back."""
+    from ez_robot.ray_workers import STEPS_PER_REQUEST, SharedStorage
+    from ez_robot.schedules import Counters
+
+    config = load_config("gym:CartPole-v1", budget="40", overrides=["replay.min_replay_size=8"])
+    storage = SharedStorage(config, Counters(), {"acting": (0, {})}, lead=1000)
+    assert storage.worker_started("selfplay", 0) == 0
+    played = 0
+    for _ in range(2):
+        played += storage.request_steps(STEPS_PER_REQUEST, 1, worker=0)["granted"]
+        storage.report(STEPS_PER_REQUEST, [], [], {}, worker=0)
+    assert storage.request_steps(STEPS_PER_REQUEST, 1, worker=0)["granted"] == STEPS_PER_REQUEST  # then killed
+    assert storage.worker_started("selfplay", 0) == 1
+    assert storage.progress()["counters"].agent_steps == played == storage.progress()["played"]
+    while (granted := storage.request_steps(STEPS_PER_REQUEST, 1, worker=0)["granted"]) > 0:
+        storage.report(granted, [], [], {}, worker=0)
+        played += granted
+    assert played == storage.progress()["played"] == 40
+    assert storage.drain()["events"][-1][2] == {"worker": "selfplay-0", "restarts": 1, "lost_steps": STEPS_PER_REQUEST}
