@@ -78,8 +78,10 @@ def test_both_trainers_write_the_same_kinds_of_metrics(local_ray, tmp_path, mode
 
 def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
     """Kills the self-play worker and the reanalyze worker mid-run (as the OOM killer
-    would); Ray restarts them, they pull the latest weights, the run finishes its budget
-    and records the restarts."""
+    would), self-play while it plays decisions granted to it; Ray restarts them, they pull
+    the latest weights, the run finishes its budget and records the restarts.  Before the
+    storage granted a dead worker's decisions again, this run stopped one training step
+    short and waited forever (here: until ``max_seconds``, then the step count fails)."""
     from ez_robot import ray_trainer
 
     config = load_config("gym:CartPole-v1", budget="240", overrides=TINY + ["train.selfplay_update_interval=5"])
@@ -91,24 +93,28 @@ def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
             names = ray.util.list_named_actors()
             storage = [n for n in names if n.endswith("-storage")]
             if storage:
-                counters = ray.get(ray.get_actor(storage[0]).progress.remote())["counters"]
-                if counters.train_steps >= 10:
+                progress = ray.get(ray.get_actor(storage[0]).progress.remote())
+                counters = progress["counters"]
+                # while self-play plays decisions granted to it and not yet reported
+                if counters.train_steps >= 10 and counters.agent_steps > progress["played"]:
                     for suffix in ("-selfplay-0", "-reanalyze-0"):
                         ray.kill(ray.get_actor(next(n for n in names if n.endswith(suffix))), no_restart=False)
                         killed.append((suffix, counters.agent_steps))
                     return
-            time.sleep(0.1)
+            time.sleep(0.01)
 
     killer = threading.Thread(target=kill_mid_run)
     killer.start()
     summary = ray_trainer.train(config, tmp_path / "run", workers=1, reanalyze_workers=1, device="cpu",
-                                progress=False, checkpoint_interval=50)
+                                progress=False, checkpoint_interval=50, max_seconds=240)  # a stall ends, and fails
     killer.join()
     assert len(killed) == 2 and killed[0][1] < 240, killed  # killed before self-play was over
     assert summary["agent_steps"] == 240 and summary["train_steps"] == 60
     assert summary["restarts"] == 2
     logged = records(tmp_path / "run")
-    assert sorted(r["worker"] for r in logged if r["kind"] == "restart") == ["reanalyze-0", "selfplay-0"]
+    restarts = {r["worker"]: r for r in logged if r["kind"] == "restart"}
+    assert sorted(restarts) == ["reanalyze-0", "selfplay-0"]
+    assert "lost_steps" in restarts["selfplay-0"]  # the grant it died with (4 or 8 decisions in 4 runs)
     assert json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())["restarts"] == 2
 
 
