@@ -69,12 +69,16 @@ class SharedStorage:
         self.config, self.counters, self.weights = config, counters, weights  # weights: {kind: (version, state)}
         self.budget = config.agent_steps_budget
         self.lead = lead  # agent steps self-play may run ahead of the learner's ratio
-        self.played = counters.agent_steps  # agent steps played and reported (granted ones may still be playing)
         self.replay_moves, self.stopping, self.restarts = 0, False, restarts
         self.starts: dict[str, int] = defaultdict(int)
         self.unreported: dict[int, int] = defaultdict(int)  # self-play worker -> agent steps granted, not reported
         self.events: list = []
         self.seconds: dict[str, float] = defaultdict(float)
+
+    @property
+    def played(self) -> int:
+        """Agent steps played and reported: the granted ones, less those still playing."""
+        return self.counters.agent_steps - sum(self.unreported.values())
 
     def request_steps(self, wanted: int, num_envs: int, *, worker: int) -> dict:
         """Grants self-play worker ``worker`` up to ``wanted`` agent steps (whole decisions
@@ -93,7 +97,6 @@ class SharedStorage:
 
     def report(self, steps: int, episodes: list, env_errors: list[str], seconds: dict, *, worker: int) -> None:
         """What self-play worker ``worker`` played: ``steps`` agent steps, the episodes that ended."""
-        self.played += steps
         self.unreported[worker] -= steps
         for episode in episodes:
             self.counters.add_episode(episode.episode_return)

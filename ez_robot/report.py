@@ -31,7 +31,7 @@ __all__ = ["RunRecord", "read_run", "group_runs", "bootstrap_ci", "iqm", "aggreg
 
 LOSSES = ("loss", "value_loss", "policy_loss", "value_prefix_loss", "consistency_loss")
 CONFIDENCE = 0.95
-NOT_SETTINGS = ("seed",)  # runs that differ only in these are seeds of one setting
+NOT_SETTINGS = ("seed", "env.task")  # runs that differ only in these are seeds of one setting (the task: grouped by it)
 
 
 @dataclass
@@ -72,6 +72,20 @@ def _complete(config: dict) -> dict:
         return config
 
 
+def _report_task(task: str) -> str:
+    """The task a report groups by: a factory file by its name, not the absolute path the
+    run stored (the same file trained in two checkouts, or archived from another machine, is
+    one task)."""
+    from ez_robot.envs import is_custom_task
+
+    if not is_custom_task(task):
+        return task
+    source, _, name = task.rpartition(":")
+    if not source.endswith(".py"):
+        return task
+    return f"{source.replace(chr(92), '/').rsplit('/', 1)[-1]}:{name}"
+
+
 def read_run(run_dir: str | Path) -> RunRecord:
     """The task, seed, evaluations and training metrics of one run directory."""
     run_dir = Path(run_dir)
@@ -85,7 +99,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
         task, seed = config["env"]["task"], int(config["seed"])
     except (yaml.YAMLError, KeyError, TypeError, ValueError) as error:
         raise RunError(f"{config_path} is not a readable run config ({error})") from None
-    record = RunRecord(run_dir, task, seed, config=_flatten(_complete(config)))
+    record = RunRecord(run_dir, _report_task(task), seed, config=_flatten(_complete(config)))
     lines = metrics_path.read_text().splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():

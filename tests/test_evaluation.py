@@ -260,6 +260,20 @@ def test_report_names_a_factory_argument_by_its_key(tmp_path, tiny_run):
                                                            "env.kwargs.action_cost=0.1"]
 
 
+def test_report_pools_a_factory_file_trained_from_two_places(tmp_path, tiny_run):
+    """A run stores its factory file's absolute path; the same file from another checkout or
+    machine is the same task, and the path is not a setting."""
+    from ez_robot.report import group_runs, read_run
+
+    here = _copy_run(tiny_run, tmp_path / "here", lambda c: c["env"].update(task="/work/a/reach_arm.py:make_arm"))
+    there = _copy_run(tiny_run, tmp_path / "there", lambda c: (
+        c["env"].update(task="/home/b/examples/reach_arm.py:make_arm"), c.update(seed=1)))
+    other = _copy_run(tiny_run, tmp_path / "other", lambda c: c["env"].update(task="/work/a/reach_arm.py:make_other"))
+    groups = group_runs([read_run(here), read_run(there), read_run(other)])
+    assert [(task, setting, [r.seed for r in runs]) for task, setting, runs in groups] == [
+        ("reach_arm.py:make_arm", "", [0, 1]), ("reach_arm.py:make_other", "", [0])]
+
+
 def test_report_on_a_directory_that_is_not_a_run(tmp_path):
     out = ez("report", str(tmp_path))
     assert out.returncode != 0
