@@ -283,7 +283,7 @@ class _Pipeline:
         """A checkpoint: the learner's state between two chunks, the counters, the replay."""
         start = time.perf_counter()
         learner = ray.get(self.learner.state_dict.remote())
-        counters = ray.get(self.storage.progress.remote())["counters"]
+        counters = ray.get(self.storage.saved_counters.remote())
         counters.train_steps = learner["train_steps"]
         # an evaluation still running is redone after a resume: the schedule restarts at it
         counters.next_eval = min([point for point, _ in self.evals.values()], default=self.counters.next_eval)

@@ -131,6 +131,13 @@ class SharedStorage:
         """Counters, and the agent steps self-play has played (what the learner may train on)."""
         return {"counters": self.counters.at(), "played": self.played}
 
+    def saved_counters(self) -> Counters:
+        """The counters a checkpoint keeps: decisions granted and not yet reported are left out
+        (a resumed run never plays them; it is granted them again)."""
+        pending = sum(self.unreported.values())
+        return self.counters.at(agent_steps=self.counters.agent_steps - pending,
+                                env_frames=self.counters.env_frames - pending * self.config.env.action_repeat)
+
     def worker_started(self, kind: str, index: int) -> int:
         """Counts a worker's (re)starts; returns how many times it started before."""
         key = f"{kind}-{index}"

@@ -170,6 +170,24 @@ def test_the_learner_trains_only_on_what_self_play_has_played():
     assert train_steps_due(config, storage.progress()["played"]) == 304
 
 
+def test_a_checkpoint_keeps_only_the_decisions_played():
+    """Decisions granted and still playing are not in a checkpoint's counters: a run resumed
+    from it plays them again rather than counting data it never stored."""
+    from ez_robot.ray_workers import STEPS_PER_REQUEST, SharedStorage
+    from ez_robot.schedules import Counters
+
+    config = load_config("gym:CartPole-v1", budget="2k", overrides=["replay.min_replay_size=500"])
+    storage = SharedStorage(config, Counters(agent_steps=600, env_frames=600, train_steps=300),
+                            {"acting": (0, {})}, lead=16)
+    storage.set_replay_moves(600)
+    for worker in (0, 1):
+        storage.request_steps(STEPS_PER_REQUEST, 1, worker=worker)
+    storage.report(STEPS_PER_REQUEST, [], [], {}, worker=1)
+    saved = storage.saved_counters()
+    assert (saved.agent_steps, saved.env_frames) == (608, 608)
+    assert storage.progress()["counters"].agent_steps == 616  # the live counters still hold the grant
+
+
 def test_a_grant_lost_with_its_worker_is_granted_again():
     """A self-play worker killed between a grant and its report never plays those
     decisions.  Before, the storage kept them as spent: self-play ended short of the
