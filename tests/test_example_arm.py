@@ -65,6 +65,17 @@ def test_spaces_and_control_period():
     assert arm.ReachArm(frame_skip=2).control_period == pytest.approx(0.02)
 
 
+def test_to_target_adds_the_offset_from_fingertip_to_target():
+    env = arm.make_arm(to_target=True)
+    assert list(env.observation_space.spaces) == ["fingertip", "joints", "lag", "target", "to_target", "velocities"]
+    check_env(env.unwrapped, skip_render_check=True)
+    obs, _ = env.reset(seed=3)
+    for _ in range(3):
+        np.testing.assert_allclose(obs["to_target"], obs["target"] - obs["fingertip"], atol=1e-6)
+        assert np.linalg.norm(obs["to_target"]) == pytest.approx(env.unwrapped.distance(), abs=1e-6)
+        obs, *_ = env.step(env.action_space.sample())
+
+
 def test_reset_is_deterministic_given_the_seed():
     a, b = arm.make_arm(), arm.make_arm()
     obs_a, _ = a.reset(seed=7)
@@ -141,7 +152,7 @@ def test_position_servo_follows_its_set_point_and_holds():
     ({"max_steps": 0}, "max_steps"), ({"success_radius": -0.1}, "success_radius"),
     ({"render_mode": "human"}, "render_mode"), ({"actuation": "velocity"}, "actuation"),
     ({"action_cost": -0.1}, "action_cost"), ({"action_cost": float("inf")}, "action_cost"),
-    ({"action_cost": "0.1"}, "action_cost"),
+    ({"action_cost": "0.1"}, "action_cost"), ({"to_target": "yes"}, "to_target"),
 ])
 def test_bad_arguments_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):

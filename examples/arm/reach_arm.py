@@ -23,8 +23,10 @@ Observations (a ``gymnasium.spaces.Dict`` of float32 arrays)
     "target"      x, y of the target in the base frame, m                   (2,)
     "lag"         position actuation only: set-point minus joint angle, rad, within +-pi
                   (joints,)
+    "to_target"   with ``to_target=True`` only: target minus fingertip, m (2,); the network
+                  then need not subtract two inputs to centimetre precision itself
     ``gymnasium.spaces.Dict`` sorts the keys of a plain dict, so the space (and every
-    observation) stores them alphabetically: fingertip, joints, [lag,] target, velocities.
+    observation) stores them alphabetically: fingertip, joints, [lag,] target, [to_target,] velocities.
     Flatten them in ``observation_space.spaces`` order.
 
 Reset
@@ -154,7 +156,7 @@ class ReachArm(gymnasium.Env):
 
     def __init__(self, joints: int = 3, frame_skip: int = 4, max_steps: int = 50,
                  success_radius: float = 0.03, actuation: str = "position",
-                 action_cost: float = ACTION_COST, render_mode: str | None = None):
+                 action_cost: float = ACTION_COST, to_target: bool = False, render_mode: str | None = None):
         def is_int(x):
             return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
@@ -173,6 +175,8 @@ class ReachArm(gymnasium.Env):
             raise ValueError(f"action_cost must be a non-negative finite number, got {action_cost!r}")
         if actuation not in ACTUATIONS:
             raise ValueError(f"actuation must be one of {ACTUATIONS}, got {actuation!r}")
+        if not isinstance(to_target, (bool, np.bool_)):
+            raise ValueError(f"to_target must be true or false, got {to_target!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
 
@@ -182,6 +186,7 @@ class ReachArm(gymnasium.Env):
         self.max_steps = int(max_steps)
         self.success_radius = float(success_radius)
         self.actuation = actuation
+        self.to_target = bool(to_target)
         self.render_mode = render_mode
         self.metadata = {**type(self).metadata, "render_fps": int(round(1.0 / (TIMESTEP * self.frame_skip)))}
 
@@ -202,6 +207,8 @@ class ReachArm(gymnasium.Env):
         }
         if actuation == "position":
             observations["lag"] = spaces.Box(-np.pi, np.pi, (self.joints,), np.float32)
+        if self.to_target:
+            observations["to_target"] = spaces.Box(-2 * bound, 2 * bound, (2,), np.float32)
         self.observation_space = spaces.Dict(observations)
 
     @property
@@ -231,6 +238,8 @@ class ReachArm(gymnasium.Env):
         }
         if self.actuation == "position":
             values["lag"] = np.clip(self.data.ctrl - q, -np.pi, np.pi)
+        if self.to_target:
+            values["to_target"] = self.target - self.fingertip
         # in the space's own key order, so flattening either gives the same layout
         return {k: np.asarray(values[k], dtype=np.float32) for k in self.observation_space.spaces}
 
@@ -297,11 +306,11 @@ class ReachArm(gymnasium.Env):
 
 
 def make_arm(joints: int = 3, max_steps: int = 50, success_radius: float = 0.03,
-             actuation: str = "position", action_cost: float = ACTION_COST,
+             actuation: str = "position", action_cost: float = ACTION_COST, to_target: bool = False,
              render_mode: str | None = None) -> ReachArm:
     """The factory for ``--task examples/arm/reach_arm.py:make_arm`` (arguments checked by ReachArm)."""
     return ReachArm(joints=joints, max_steps=max_steps, success_radius=success_radius,
-                    actuation=actuation, action_cost=action_cost, render_mode=render_mode)
+                    actuation=actuation, action_cost=action_cost, to_target=to_target, render_mode=render_mode)
 
 
 # the scripted controller's gains
