@@ -119,7 +119,7 @@ def test_export_writes_a_validated_bundle_with_its_manifest(state):
     assert manifest["ez_robot_version"] == ez_robot.__version__ and manifest["opset"] == onnx_export.OPSET
     assert manifest["task"] == "cartpole_swingup" and manifest["counters"]["agent_steps"] == 123
     assert manifest["observation"] == {"shape": [5], "dtype": "float32", "kind": "state", "layout": None,
-                                       "normalized_in_graph": False}
+                                       "normalized_in_graph": True}  # the dmc_state preset normalizes states
     action = manifest["action"]
     assert action["kind"] == "continuous" and action["num_actions"] == 5 and action["bins_per_dim"] == 5
     assert action["low"] == [-1.0] and action["high"] == [1.0]
