@@ -54,20 +54,20 @@ def test_check_env_with_rendering():
 def test_spaces_and_control_period():
     env = arm.make_arm(joints=4)
     assert env.action_space.shape == (4,)
-    assert list(env.observation_space.spaces) == ["fingertip", "joints", "lag", "target", "velocities"]
+    assert list(env.observation_space.spaces) == ["fingertip", "joints", "lag", "target", "to_target", "velocities"]
     shapes = {k: s.shape for k, s in env.observation_space.spaces.items()}
-    assert shapes == {"fingertip": (2,), "joints": (8,), "lag": (4,), "target": (2,), "velocities": (4,)}
+    assert shapes == {"fingertip": (2,), "joints": (8,), "lag": (4,), "target": (2,), "to_target": (2,),
+                      "velocities": (4,)}
     obs, _ = env.reset(seed=0)
     assert list(obs) == list(env.observation_space.spaces)
-    torque = arm.make_arm(joints=4, actuation="torque")
+    torque = arm.make_arm(joints=4, actuation="torque", to_target=False)
     assert list(torque.observation_space.spaces) == ["fingertip", "joints", "target", "velocities"]
     assert env.unwrapped.control_period == pytest.approx(0.04)
     assert arm.ReachArm(frame_skip=2).control_period == pytest.approx(0.02)
 
 
-def test_to_target_adds_the_offset_from_fingertip_to_target():
-    env = arm.make_arm(to_target=True)
-    assert list(env.observation_space.spaces) == ["fingertip", "joints", "lag", "target", "to_target", "velocities"]
+def test_to_target_is_the_offset_from_fingertip_to_target():
+    env = arm.make_arm()
     check_env(env.unwrapped, skip_render_check=True)
     obs, _ = env.reset(seed=3)
     for _ in range(3):

@@ -23,8 +23,10 @@ Observations (a ``gymnasium.spaces.Dict`` of float32 arrays)
     "target"      x, y of the target in the base frame, m                   (2,)
     "lag"         position actuation only: set-point minus joint angle, rad, within +-pi
                   (joints,)
-    "to_target"   with ``to_target=True`` only: target minus fingertip, m (2,); the network
-                  then need not subtract two inputs to centimetre precision itself
+    "to_target"   target minus fingertip, m (2,): the network need not subtract two inputs
+                  to centimetre precision itself (measured: seeds 0-2 of the README's
+                  command succeed in 77%, 94%, 87% of 100 episodes with it, 84%, 83%, 64%
+                  without); ``to_target=False`` leaves it out
     ``gymnasium.spaces.Dict`` sorts the keys of a plain dict, so the space (and every
     observation) stores them alphabetically: fingertip, joints, [lag,] target, [to_target,] velocities.
     Flatten them in ``observation_space.spaces`` order.
@@ -48,8 +50,8 @@ Reward and success
     terminates; it is truncated after ``max_steps`` decisions (default 50, i.e. 2 s).
     It counts as solved when ``is_success`` holds at its last decision.
 
-Training it with ez-robot (seed 0 of this command: 80-84% success on 50-100 episodes after
-14k decisions, 23 min on 2 cores; seeds differ by tens of points; see the README)
+Training it with ez-robot (seeds 0, 1, 2 of this command: 77%, 94%, 87% success on 100
+episodes after 14k decisions, 8-10 min each alone on 2 cores; see the README)
     ez-robot train --task examples/arm/reach_arm.py:make_arm --budget 14k \
         --set env.action_mode=factorized --set replay.min_replay_size=1000 \
         --set train.batch_size=32 --set train.lr_final=0.03
@@ -156,7 +158,7 @@ class ReachArm(gymnasium.Env):
 
     def __init__(self, joints: int = 3, frame_skip: int = 4, max_steps: int = 50,
                  success_radius: float = 0.03, actuation: str = "position",
-                 action_cost: float = ACTION_COST, to_target: bool = False, render_mode: str | None = None):
+                 action_cost: float = ACTION_COST, to_target: bool = True, render_mode: str | None = None):
         def is_int(x):
             return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
@@ -306,7 +308,7 @@ class ReachArm(gymnasium.Env):
 
 
 def make_arm(joints: int = 3, max_steps: int = 50, success_radius: float = 0.03,
-             actuation: str = "position", action_cost: float = ACTION_COST, to_target: bool = False,
+             actuation: str = "position", action_cost: float = ACTION_COST, to_target: bool = True,
              render_mode: str | None = None) -> ReachArm:
     """The factory for ``--task examples/arm/reach_arm.py:make_arm`` (arguments checked by ReachArm)."""
     return ReachArm(joints=joints, max_steps=max_steps, success_radius=success_radius,
