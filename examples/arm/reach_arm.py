@@ -25,8 +25,8 @@ Observations (a ``gymnasium.spaces.Dict`` of float32 arrays)
                   (joints,)
     "to_target"   target minus fingertip, m (2,): the network need not subtract two inputs
                   to centimetre precision itself (measured: seeds 0-2 of the README's
-                  command succeed in 77%, 94%, 87% of 100 episodes with it, 84%, 83%, 64%
-                  without); ``to_target=False`` leaves it out
+                  command succeed in 77%, 94%, 87%, 81% of 100 episodes with it, 84%, 83%,
+                  64%, 84% without); ``to_target=False`` leaves it out
     ``gymnasium.spaces.Dict`` sorts the keys of a plain dict, so the space (and every
     observation) stores them alphabetically: fingertip, joints, [lag,] target, [to_target,] velocities.
     Flatten them in ``observation_space.spaces`` order.
@@ -50,7 +50,7 @@ Reward and success
     terminates; it is truncated after ``max_steps`` decisions (default 50, i.e. 2 s).
     It counts as solved when ``is_success`` holds at its last decision.
 
-Training it with ez-robot (seeds 0, 1, 2 of this command: 77%, 94%, 87% success on 100
+Training it with ez-robot (seeds 0-3 of this command: 77%, 94%, 87%, 81% success on 100
 episodes after 14k decisions, 8-10 min each alone on 2 cores; see the README)
     ez-robot train --task examples/arm/reach_arm.py:make_arm --budget 14k \
         --set env.action_mode=factorized --set replay.min_replay_size=1000 \
