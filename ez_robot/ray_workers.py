@@ -134,7 +134,7 @@ class SharedStorage:
     def saved_counters(self) -> Counters:
         """The counters a checkpoint keeps: decisions granted and not yet reported are left out
         (a resumed run never plays them; it is granted them again)."""
-        pending = sum(self.unreported.values())
+        pending = self.counters.agent_steps - self.played
         return self.counters.at(agent_steps=self.counters.agent_steps - pending,
                                 env_frames=self.counters.env_frames - pending * self.config.env.action_repeat)
 

@@ -24,7 +24,7 @@ Observations (a ``gymnasium.spaces.Dict`` of float32 arrays)
     "lag"         position actuation only: set-point minus joint angle, rad, within +-pi
                   (joints,)
     "to_target"   target minus fingertip, m (2,): the network need not subtract two inputs
-                  to centimetre precision itself (measured: seeds 0-2 of the README's
+                  to centimetre precision itself (measured: seeds 0-3 of the README's
                   command succeed in 77%, 94%, 87%, 81% of 100 episodes with it, 84%, 83%,
                   64%, 84% without); ``to_target=False`` leaves it out
     ``gymnasium.spaces.Dict`` sorts the keys of a plain dict, so the space (and every
