@@ -7,10 +7,12 @@ Runs the run's greedy search (``ez_robot.load``, as ``ez-robot eval``) on the ta
 records, per episode, the return, the decision at which the pole is first upright
 (cosine > 0.95), and from there on the mean of each factor of dm_control's reward
 (reward = upright x centered x small_control x small_velocity, read from the physics
-after each decision) and the forces chosen.  A return near 800 with the swing-up at
-~21 decisions leaves ~1000 - 8 x 21 = 830 to the balance: what the balance loses is then
-in the factors.  ``--set`` changes a search setting at evaluation only (if more
-simulations do not raise the return, the learned model or value limits it, not the search).
+after each decision), the forces chosen, and how many of the 5 root actions the search
+visited (a search that visits one action only returns the policy prior's choice).  A
+return near 800 with the swing-up at ~21 decisions leaves ~1000 - 8 x 21 = 830 to the
+balance: what the balance loses is then in the factors.  ``--set`` changes a search
+setting at evaluation only (``root_unvisited_q=mean``, ``num_simulations=200``): if the
+return does not move, the learned policy and value limit it, not the search.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dm_control.utils import rewards
 
 import ez_robot
 from ez_robot.envs.dmc import DMControlEnv
+from ez_robot.inference import run_search
 
 UPRIGHT = 0.95  # pole-angle cosine counted as swung up
 
@@ -53,17 +56,21 @@ def main() -> None:
     changes = {}
     for item in args.set:
         key, _, value = item.partition("=")
-        changes[key] = ast.literal_eval(value)
+        try:
+            changes[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):  # a bare word: root_unvisited_q=mean
+            changes[key] = value
     agent._search = agent._search.replace(**changes)
     repeat = agent.config.env.action_repeat
-    rows, forces = [], Counter()
+    rows, forces, visited = [], Counter(), []
     print("episode  return  upright at  upright  centered  control  velocity  forces after")
     for episode in range(args.episodes):
         env = DMControlEnv("cartpole", "swingup", seed=args.seed + episode, action_repeat=repeat)
         obs, _ = env.reset(seed=args.seed + episode)
         total, up_at, factors, used, decision, done = 0.0, None, [], Counter(), 0, False
         while not done:
-            action = agent.act(obs)
+            out = run_search(agent._inference, np.asarray(obs, np.float32)[None], agent._search, agent._rng)
+            action = agent._actions.action(int(out.actions[0]))  # what Agent.act returns
             obs, reward, terminated, truncated, _ = env.step(action)
             force = float(np.asarray(action).reshape(-1)[0])
             physics = env._env.physics
@@ -72,6 +79,7 @@ def main() -> None:
             if up_at is not None:
                 factors.append(reward_factors(physics, force))
                 used[round(force, 2)] += 1
+                visited.append(int((out.visit_counts[0] > 0).sum()))
             total += reward
             decision += 1
             done = terminated or truncated
@@ -87,6 +95,8 @@ def main() -> None:
           f"upright {np.nanmean(rows[:, 2]):.3f}, centered {np.nanmean(rows[:, 3]):.3f}, "
           f"small_control {np.nanmean(rows[:, 4]):.3f}, small_velocity {np.nanmean(rows[:, 5]):.3f}")
     total = sum(forces.values())
+    print(f"root actions the search visited after the swing-up: {np.mean(visited):.2f} of 5 on average, "
+          f"one only in {np.mean(np.array(visited) == 1):.0%} of the decisions")
     print("forces after the swing-up: " + ", ".join(f"{f:+.2f}: {n / total:.0%}" for f, n in sorted(forces.items())))
 
 
