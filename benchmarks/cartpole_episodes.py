@@ -94,10 +94,10 @@ def main() -> None:
           f"{np.nanmean(rows[:, 1]):.1f} on average ({int(np.isnan(rows[:, 1]).sum())} episodes never); after it: "
           f"upright {np.nanmean(rows[:, 2]):.3f}, centered {np.nanmean(rows[:, 3]):.3f}, "
           f"small_control {np.nanmean(rows[:, 4]):.3f}, small_velocity {np.nanmean(rows[:, 5]):.3f}")
-    total = sum(forces.values())
+    balanced = sum(forces.values())  # decisions after the swing-up, all episodes
     print(f"root actions the search visited after the swing-up: {np.mean(visited):.2f} of 5 on average, "
           f"one only in {np.mean(np.array(visited) == 1):.0%} of the decisions")
-    print("forces after the swing-up: " + ", ".join(f"{f:+.2f}: {n / total:.0%}" for f, n in sorted(forces.items())))
+    print("forces after the swing-up: " + ", ".join(f"{f:+.2f}: {n / balanced:.0%}" for f, n in sorted(forces.items())))
 
 
 if __name__ == "__main__":
