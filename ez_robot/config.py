@@ -201,7 +201,8 @@ class TrainConfig:
     value_prefix: bool = True
     """Ablation: end-to-end value-prefix LSTM (off: per-step reward head, summed)."""
     off_policy_correction: bool = True
-    """Ablation: dynamic horizon + MCTS root value targets (off: plain k-step targets)."""
+    """Ablation: dynamic horizon + MCTS root value targets (off: plain k-step targets that
+    bootstrap from the target network's predicted value)."""
 
     def __post_init__(self):
         _check("train", [

@@ -1,8 +1,9 @@
 """Reanalyze: target-network searches complete a batch's targets.
 
 - value targets (off-policy correction): the bootstrap nu_{t+u+l} is the root value of a
-  target-network search from o_{t+u+l} (without correction: the value stored at
-  collection, l = k);
+  target-network search from o_{t+u+l}; without correction (ablation) they are the plain
+  k-step targets of the paper's section 2, l = k and the target network's predicted value
+  of o_{t+u+k}, no search;
 - policy targets: for ``reanalyze_policy_ratio`` of the samples (99%) the visit
   distribution of a target-network search replaces the one stored at collection.
 
@@ -60,9 +61,13 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
     policy = context.stored_policies.copy()
     candidates = None if context.stored_candidates is None else context.stored_candidates.copy()
     # --- stored search results (buffer reanalyze), where recent enough ---
-    value_cells = bootstrap & ~context.value_fresh if off_policy_correction else np.zeros_like(bootstrap)
     if off_policy_correction:
+        value_cells = bootstrap & ~context.value_fresh
         values[context.value_fresh] = context.searched_values[context.value_fresh]
+    else:  # ablation: bootstrap from the target network's value prediction, searched nowhere
+        value_cells = np.zeros_like(bootstrap)
+        observations = [ref_segments[b].observation(int(context.bootstrap_index[b, u])) for b, u in zip(*np.nonzero(bootstrap))]
+        values[bootstrap] = _predicted_values(inference, observations, max_search_batch)
     stored_policy = policy_cells & context.policy_fresh
     policy[stored_policy] = context.searched_policies[stored_policy]
     if candidates is not None:
@@ -85,6 +90,14 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
     return Targets(value=value.astype(np.float32), policy=policy, searched_policy=policy_rows,
                    num_searches=len(roots), num_stored=num_stored + int(stored_policy.sum()),
                    candidates=candidates)
+
+
+def _predicted_values(inference, observations: list, max_batch: int) -> np.ndarray:
+    """The network's value prediction v(o) for each observation, in chunks of ``max_batch``."""
+    if not observations:
+        return np.zeros(0, np.float32)
+    stacked = np.stack(observations)
+    return np.concatenate([inference.root(stacked[i:i + max_batch]).value for i in range(0, len(stacked), max_batch)])
 
 
 def search_segments(segments: list, inference: TorchInference, search_config: SearchConfig,

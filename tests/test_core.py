@@ -130,15 +130,28 @@ def test_ablation_value_prefix_off():
     assert np.isfinite(metrics["loss"])
 
 
-def test_ablation_off_policy_correction_off_uses_stored_values():
+def test_ablation_off_policy_correction_off_bootstraps_from_predicted_values():
+    """Without correction: the paper's plain k-step target, sum_{i<k} gamma^i u + gamma^k v(o_{t+k})
+    with v the target network's prediction; no search, and the stored (stale) values unused."""
     config = small_config("train.off_policy_correction=false", "train.reanalyze_policy_ratio=0")
     net, replay, rng = setup(config)
     for segment in replay.segments:
         segment.root_values[:] = 7.0
-    ref, context, targets = batch(config, net, replay, rng)
-    assert targets.num_searches == 0  # nothing searched: stale values, stored policies
-    expected = context.value_partial + context.bootstrap_discount * np.where(context.bootstrap_index >= 0, 7.0, 0)
-    np.testing.assert_allclose(targets.value, expected)
+    target_net = copy.deepcopy(net).eval()
+    with torch.no_grad():  # a value head whose predictions differ between observations
+        torch.nn.init.normal_(target_net.value_head[-1].weight, std=0.5)
+    ref, context, targets = batch(config, net, replay, rng, target_net=target_net)
+    assert targets.num_searches == 0  # nothing searched: predicted values, stored policies
+    cells = context.bootstrap_index >= 0
+    assert cells.any()
+    observations = np.stack([ref.segments[b].observation(int(context.bootstrap_index[b, u]))
+                             for b, u in zip(*np.nonzero(cells))])
+    predicted = TorchInference(target_net).root(observations).value
+    assert np.abs(predicted - 7.0).min() > 1  # distinguishable from the stored values
+    bootstrap = np.zeros_like(context.value_partial)
+    bootstrap[cells] = predicted
+    np.testing.assert_allclose(targets.value, context.value_partial + context.bootstrap_discount * bootstrap,
+                               rtol=1e-5, atol=1e-5)
     on = small_config("train.reanalyze_policy_ratio=0")
     net_on, replay_on, rng_on = setup(on)
     _, context_on, targets_on = batch(on, net_on, replay_on, rng_on)
