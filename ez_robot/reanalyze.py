@@ -66,8 +66,8 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
         values[context.value_fresh] = context.searched_values[context.value_fresh]
     else:  # ablation: bootstrap from the target network's value prediction, searched nowhere
         value_cells = np.zeros_like(bootstrap)
-        observations = [ref_segments[b].observation(int(context.bootstrap_index[b, u])) for b, u in zip(*np.nonzero(bootstrap))]
-        values[bootstrap] = _predicted_values(inference, observations, max_search_batch)
+        values[bootstrap] = _predicted_values(inference, _bootstrap_observations(context, ref_segments, bootstrap),
+                                              max_search_batch)
     stored_policy = policy_cells & context.policy_fresh
     policy[stored_policy] = context.searched_policies[stored_policy]
     if candidates is not None:
@@ -75,7 +75,7 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
     policy_cells = policy_cells & ~context.policy_fresh
 
     # --- search the rest: bootstrap observations, then policy observations ---
-    roots = [ref_segments[b].observation(int(context.bootstrap_index[b, u])) for b, u in zip(*np.nonzero(value_cells))]
+    roots = _bootstrap_observations(context, ref_segments, value_cells)
     num_value_roots = len(roots)
     roots.extend(context.observations[policy_cells])
     if roots:
@@ -90,6 +90,11 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
     return Targets(value=value.astype(np.float32), policy=policy, searched_policy=policy_rows,
                    num_searches=len(roots), num_stored=num_stored + int(stored_policy.sum()),
                    candidates=candidates)
+
+
+def _bootstrap_observations(context: BatchContext, ref_segments: list, cells: np.ndarray) -> list:
+    """o_{t+u+l} for each [B, K + 1] cell set in ``cells``, in row-major order."""
+    return [ref_segments[b].observation(int(context.bootstrap_index[b, u])) for b, u in zip(*np.nonzero(cells))]
 
 
 def _predicted_values(inference, observations: list, max_batch: int) -> np.ndarray:

@@ -1,24 +1,15 @@
 """benchmarks/cartpole_episodes.py splits cartpole_swingup's reward into dm_control's
 factors; their product must be the reward the task pays, or the diagnosis is wrong."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
 from ez_robot.envs.dmc import DMControlEnv
+from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cartpole_episodes.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("cartpole_episodes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+script = load_script("benchmarks/cartpole_episodes.py")
 
 
 def test_the_reward_factors_multiply_to_the_task_reward():
-    factors_of = _script().reward_factors
+    factors_of = script.reward_factors
     env = DMControlEnv("cartpole", "swingup", seed=3, action_repeat=1)
     env.reset(seed=3)
     rng = np.random.default_rng(0)

@@ -1,22 +1,11 @@
 """The example robot examples/arm/reach_arm.py: API checks, determinism and task sanity."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.scripts import load_script
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("example_reach_arm", ROOT / "examples" / "arm" / "reach_arm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-arm = _load()
+arm = load_script("examples/arm/reach_arm.py", "example_reach_arm")
 
 
 def _success_rate(policy, episodes=20, **kwargs):

@@ -1,25 +1,16 @@
 """benchmarks/model_rewards.py compares the model's rewards with the simulator's: the
 simulated counterfactuals must be the rewards the environment pays, and the per-step
 rewards read from value prefixes must undo the prefix sums where the search does."""
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 
 from ez_robot.envs.dmc import DMControlEnv
+from tests.scripts import load_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "model_rewards.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("model_rewards", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+script = load_script("benchmarks/model_rewards.py")
 
 
 def test_simulated_rewards_are_what_the_env_pays_and_leave_the_physics_as_it_was():
-    simulated_rewards = _script().simulated_rewards
+    simulated_rewards = script.simulated_rewards
     env = DMControlEnv("cartpole", "swingup", seed=5, action_repeat=8)
     env.reset(seed=5)
     for _ in range(10):  # somewhere off the initial state
@@ -49,7 +40,7 @@ class _CountingModel:
 
 
 def test_unrolled_rewards_undo_the_prefix_sums_between_resets():
-    unrolled_rewards = _script().unrolled_rewards
+    unrolled_rewards = script.unrolled_rewards
     actions = np.array([[1, 2, 3, 4, 0], [0, 0, 0, 0, 0]])
     out = unrolled_rewards(_CountingModel(), np.zeros((2, 3)), actions, depth=5, lstm_horizon=2)
     # prefix p_k = 10 x steps + a_k; reward_k = p_k (after a reset) or p_k - p_{k-1}
