@@ -160,8 +160,11 @@ class TrainConfig:
     """Learner steps per agent decision (the paper: 120k training steps for 100k Atari steps)."""
     batch_size: int = 256
     """Minibatch size."""
+    optimizer: str = "sgd"
+    """sgd (the paper: momentum, L2 weight decay) or adam (EfficientZero V2's choice on DMC
+    states, with lr = lr_final = 3e-4); weight_decay is Adam's L2 term there."""
     lr: float = 0.2
-    """SGD learning rate at the start, decayed to lr_final."""
+    """Learning rate at the start, decayed exponentially to lr_final."""
     lr_final: float = 0.02
     """Learning rate at the end of training."""
     momentum: float = 0.9
@@ -209,6 +212,7 @@ class TrainConfig:
             ("budget", self.budget >= 1, ">= 1"),
             ("train_steps_per_agent_step", self.train_steps_per_agent_step > 0, "> 0"),
             ("batch_size", self.batch_size >= 1, ">= 1"),
+            ("optimizer", self.optimizer in ("sgd", "adam"), "'sgd' or 'adam'"),
             ("lr", self.lr > 0, "> 0"),
             ("lr_final", self.lr_final > 0, "> 0"),
             ("momentum", 0.0 <= self.momentum < 1.0, "in [0, 1)"),

@@ -54,8 +54,11 @@ class Learner:
         self.acting_net = copy.deepcopy(self.net).eval()
         self.versions = {"target": 0, "acting": 0}
         self.train_steps = 0
-        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=t.lr, momentum=t.momentum,
-                                         weight_decay=t.weight_decay)
+        if t.optimizer == "adam":
+            self.optimizer = torch.optim.Adam(self.net.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+        else:
+            self.optimizer = torch.optim.SGD(self.net.parameters(), lr=t.lr, momentum=t.momentum,
+                                             weight_decay=t.weight_decay)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.lstm_horizon = search_config(config).lstm_horizon
 
@@ -72,7 +75,7 @@ class Learner:
         return x
 
     def step(self, context: BatchContext, targets: Targets, weights: np.ndarray) -> tuple[dict, np.ndarray]:
-        """One SGD step.  Returns (metrics, new priorities [B] = |v_0 - z_0|)."""
+        """One optimizer step.  Returns (metrics, new priorities [B] = |v_0 - z_0|)."""
         t, net, dev = self.config.train, self.net, self.device
         if not np.isfinite(targets.value).all():
             raise FloatingPointError(f"non-finite value target at training step {self.train_steps} "

@@ -68,6 +68,21 @@ def test_fixed_batch_loss_decreases():
     assert losses[-1] < 0.5 * losses[0]
 
 
+def test_adam_optimizer_option_trains():
+    config = small_config("train.optimizer=adam", "train.lr=3e-3", "train.lr_final=3e-3")
+    net, replay, rng = setup(config)
+    ref, context, targets = batch(config, net, replay, rng)
+    learner = Learner(net, config, 1000, torch.device("cpu"))
+    assert isinstance(learner.optimizer, torch.optim.Adam)
+    losses = [learner.step(context, targets, ref.weights)[0]["loss"] for _ in range(40)]
+    assert losses[-1] < 0.5 * losses[0]
+    # the optimizer's moments travel with the checkpoint state
+    state = learner.state_dict()
+    other = Learner(copy.deepcopy(net), config, 1000, torch.device("cpu"))
+    other.load_state_dict(state)
+    assert other.optimizer.state_dict()["state"][0]["exp_avg"].equal(learner.optimizer.state_dict()["state"][0]["exp_avg"])
+
+
 def test_overfit_mdp_search_picks_optimal_action():
     # Consistency off: in this MDP the next observation does not depend on the action
     # (s -> s + 1 whatever is done) but the reward does.  The consistency loss aligns the
