@@ -69,9 +69,14 @@ class _Recurrent(nn.Module):
         h, c = lstm_h * keep, lstm_c * keep
         # Without the value-prefix LSTM (the ablation) the state passes through unchanged.
         out = self.net.recurrent_inference(hidden, (h, c), action)
-        # One support -> scalar chain for both heads: two made nearly half the graph's nodes.
-        both = support_to_scalar(torch.stack([out.value_prefix_logits, out.value_logits], 1), self.net.support_size)
-        return (out.hidden, *out.lstm_state, both[:, 0], both[:, 1], out.policy_logits)
+        if self.net.reward_support == (self.net.support_size, 1):
+            # One support -> scalar chain for both heads: two made nearly half the graph's nodes.
+            both = support_to_scalar(torch.stack([out.value_prefix_logits, out.value_logits], 1), self.net.support_size)
+            value_prefix, value = both[:, 0], both[:, 1]
+        else:  # a value-prefix support of its own
+            value_prefix = support_to_scalar(out.value_prefix_logits, *self.net.reward_support)
+            value = support_to_scalar(out.value_logits, self.net.support_size)
+        return (out.hidden, *out.lstm_state, value_prefix, value, out.policy_logits)
 
 
 def _fold_batchnorm(net):
@@ -155,7 +160,7 @@ def validate(net, policy: Policy, observations: np.ndarray, search_config, seed:
         rec = net.recurrent_inference(init.hidden, lstm, torch.as_tensor(action))
         ort_recurrent = policy.networks.recurrent(ort_initial[0], h, c, action, reset)
         torch_recurrent = [rec.hidden, *rec.lstm_state,
-                           support_to_scalar(rec.value_prefix_logits, net.support_size),
+                           support_to_scalar(rec.value_prefix_logits, *net.reward_support),
                            support_to_scalar(rec.value_logits, net.support_size), rec.policy_logits]
     diffs, excess = {}, 0.0
     for graph, ours, theirs in [("initial", ort_initial, torch_initial), ("recurrent", ort_recurrent, torch_recurrent)]:

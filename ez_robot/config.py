@@ -111,6 +111,12 @@ class ModelConfig:
     """Hidden size of the value-prefix LSTM."""
     support_size: int = 300
     """Categorical value and value-prefix supports span [-support_size, support_size] (601 bins)."""
+    reward_support_size: int = 0
+    """The value-prefix (reward) support's half-width in h(x) units; 0: support_size."""
+    reward_support_scale: int = 1
+    """Value-prefix support bins per unit of h(x) (1: the paper's integer bins).  A finer
+    support resolves the small differences of consecutive predicted prefixes that the
+    search reads as per-step rewards."""
     projection_hidden: int = 512
     """SimSiam projector hidden width."""
     projection_out: int = 1024
@@ -123,7 +129,8 @@ class ModelConfig:
     def __post_init__(self):
         _check("model", [(name, getattr(self, name) >= 1, ">= 1") for name in (
             "num_channels", "reduced_channels", "head_hidden", "latent_dim", "mlp_hidden", "lstm_hidden",
-            "support_size", "projection_hidden", "projection_out")], self)
+            "support_size", "projection_hidden", "projection_out", "reward_support_scale")]
+               + [("reward_support_size", self.reward_support_size >= 0, ">= 0 (0: support_size)")], self)
 
 
 @dataclass(frozen=True)

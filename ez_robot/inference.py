@@ -57,7 +57,7 @@ class TorchInference:
         out = self.net.recurrent_inference(state, (h, c), action)
         support = self.net.support_size
         return ((out.hidden, *out.lstm_state),
-                support_to_scalar(out.value_prefix_logits, support).float().cpu().numpy(),
+                support_to_scalar(out.value_prefix_logits, *self.net.reward_support).float().cpu().numpy(),
                 support_to_scalar(out.value_logits, support).float().cpu().numpy(),
                 out.policy_logits.float().cpu().numpy())
 

@@ -134,7 +134,7 @@ class Learner:
             hidden, lstm_state = step.hidden, step.lstm_state
             if k % self.lstm_horizon == 0:  # the LSTM restarts, as in the search
                 lstm_state = tuple(torch.zeros_like(s) for s in lstm_state)
-            vp_loss = vp_loss + ce(step.value_prefix_logits, scalar_to_support(vp_target[:, k - 1], S)) * mask_vp[:, k - 1]
+            vp_loss = vp_loss + ce(step.value_prefix_logits, scalar_to_support(vp_target[:, k - 1], *net.reward_support)) * mask_vp[:, k - 1]
             unroll_value = unroll_value + ce(step.value_logits, scalar_to_support(value_target[:, k], S)) * mask_value[:, k]
             unroll_policy = unroll_policy + policy_ce(step.policy_logits, k) * mask_policy[:, k]
             if t.consistency:

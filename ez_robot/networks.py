@@ -42,24 +42,27 @@ def inverse_value_transform(y: torch.Tensor, eps: float = EPS) -> torch.Tensor:
     return torch.sign(y) * (root ** 2 - 1)
 
 
-def scalar_to_support(x: torch.Tensor, support_size: int) -> torch.Tensor:
-    """[...] scalars -> [..., 2S + 1] two-hot distributions over the bins -S..S whose mean is
-    h(x) (clipped to the support)."""
-    y = value_transform(x).clamp(-support_size, support_size)
+def scalar_to_support(x: torch.Tensor, support_size: int, scale: int = 1) -> torch.Tensor:
+    """[...] scalars -> [..., 2 S scale + 1] two-hot distributions over the bins
+    -S, -S + 1/scale, ..., S whose mean is h(x) (clipped to the support)."""
+    half = support_size * scale
+    y = (value_transform(x) * scale).clamp(-half, half)
     low = y.floor()
     upper_weight = y - low
-    out = torch.zeros(x.shape + (2 * support_size + 1,), dtype=y.dtype, device=y.device)
-    low_index = (low + support_size).long()
+    out = torch.zeros(x.shape + (2 * half + 1,), dtype=y.dtype, device=y.device)
+    low_index = (low + half).long()
     out.scatter_(-1, low_index.unsqueeze(-1), (1 - upper_weight).unsqueeze(-1))
-    high_index = (low_index + 1).clamp(max=2 * support_size)
+    high_index = (low_index + 1).clamp(max=2 * half)
     # at the top edge upper_weight is 0, so adding into the clamped index changes nothing
     out.scatter_add_(-1, high_index.unsqueeze(-1), upper_weight.unsqueeze(-1))
     return out
 
 
-def support_to_scalar(logits: torch.Tensor, support_size: int) -> torch.Tensor:
-    """[..., 2S + 1] logits -> [...] scalars: softmax mean over -S..S, then h^-1."""
-    bins = torch.arange(-support_size, support_size + 1, dtype=logits.dtype, device=logits.device)
+def support_to_scalar(logits: torch.Tensor, support_size: int, scale: int = 1) -> torch.Tensor:
+    """[..., 2 S scale + 1] logits -> [...] scalars: softmax mean over the bins -S..S
+    (1/scale apart), then h^-1."""
+    half = support_size * scale
+    bins = torch.arange(-half, half + 1, dtype=logits.dtype, device=logits.device) / scale
     # h^-1 divides a difference of nearly equal square roots by 2 eps = 0.002: in float32
     # that loses ~1e-4 of absolute precision, so it runs in float64 (on [...] scalars only).
     # (MPS has no float64; it keeps float32.)
@@ -196,6 +199,8 @@ class EfficientZeroNet(nn.Module):
         self.action_inputs = self.action_spec.dims if self.action_spec.sampled else \
             (1 if len(obs_shape) == 3 else self.num_actions)
         self.support_size = config.support_size
+        # (size, bins per unit of h) of the value-prefix (or reward) support
+        self.reward_support = (config.reward_support_size or config.support_size, config.reward_support_scale)
         self.lstm_hidden = config.lstm_hidden
         self.value_prefix = value_prefix
         self.pixels = len(obs_shape) == 3
@@ -259,6 +264,8 @@ class EfficientZeroNet(nn.Module):
         self._build_reward(c.latent_dim, c, bins, norm=ln)
 
     def _build_reward(self, features: int, c: ModelConfig, bins: int, norm=nn.BatchNorm1d) -> None:
+        size, scale = self.reward_support
+        bins = 2 * size * scale + 1
         if self.value_prefix:
             self.lstm = nn.LSTMCell(features, c.lstm_hidden)
             self.reward_bn = norm(c.lstm_hidden)

@@ -59,8 +59,9 @@ def batch(config, net, replay, rng, target_net=None):
     return ref, context, targets
 
 
-def test_fixed_batch_loss_decreases():
-    config = small_config()
+@pytest.mark.parametrize("overrides", [(), ("model.reward_support_size=4", "model.reward_support_scale=10")])
+def test_fixed_batch_loss_decreases(overrides):
+    config = small_config(*overrides)
     net, replay, rng = setup(config)
     ref, context, targets = batch(config, net, replay, rng)
     learner = Learner(net, config, 1000, torch.device("cpu"))

@@ -96,6 +96,17 @@ def no_prefix(tmp_path_factory):
                                                                                      observations=8)}
 
 
+@pytest.fixture(scope="module")
+def fine_prefix(tmp_path_factory):
+    """cartpole_swingup with a value-prefix support of its own (10 bins per unit of h)."""
+    net, config = tiny_model("cartpole_swingup", overrides=["model.reward_support_size=4",
+                                                            "model.reward_support_scale=10"])
+    assert net.reward_support == (4, 10) and net.support_size == 10
+    bundle = tmp_path_factory.mktemp("cartpole-fine") / "bundle"
+    return {"net": net, "config": config, "bundle": bundle, "manifest": export_model(net, config, bundle,
+                                                                                     observations=8)}
+
+
 def observations_for(net, batch, seed=0):
     rng = np.random.default_rng(seed)
     if net.pixels:
@@ -137,7 +148,7 @@ def test_export_writes_a_validated_bundle_with_its_manifest(state):
     assert not list(bundle.parent.glob(".bundle.partial-*"))  # no staging directory left behind
 
 
-@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix"])
+@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix", "fine_prefix"])
 @pytest.mark.parametrize("batch", [1, 7])
 def test_onnx_outputs_match_torch_within_tolerance(case, batch, request):
     """Both graphs, at a batch size the export never saw, from a used LSTM state."""
@@ -155,7 +166,7 @@ def test_onnx_outputs_match_torch_within_tolerance(case, batch, request):
         rec = net.recurrent_inference(init.hidden, lstm, torch.as_tensor(actions))
     expected = [init.hidden, support_to_scalar(init.value_logits, net.support_size), init.policy_logits,
                 rec.hidden, *rec.lstm_state,
-                support_to_scalar(rec.value_prefix_logits, net.support_size),
+                support_to_scalar(rec.value_prefix_logits, *net.reward_support),
                 support_to_scalar(rec.value_logits, net.support_size), rec.policy_logits]
     hidden, value, logits = policy.networks.initial(obs)
     got = [hidden, value, logits, *policy.networks.recurrent(hidden, h, c, actions, reset)]
@@ -166,7 +177,7 @@ def test_onnx_outputs_match_torch_within_tolerance(case, batch, request):
     assert np.abs(value).max() > 0.01 and np.abs(logits).std() > 0.01  # the check was not on zeros
 
 
-@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix"])
+@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix", "fine_prefix"])
 def test_runtime_picks_the_torch_search_actions(case, request):
     fixture = request.getfixturevalue(case)
     net, config = fixture["net"], fixture["config"]

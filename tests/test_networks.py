@@ -31,6 +31,28 @@ def test_support_round_trip_and_two_hot():
     assert edge[0, -1] == 1 and edge[1, 0] == 1
 
 
+def test_a_finer_support_resolves_what_integer_bins_round():
+    x = torch.tensor([0.0, 0.9, 1.0, 7.3, 40.0, -2.5], dtype=torch.float64)
+    probs = scalar_to_support(x, 6, scale=10)
+    assert probs.shape == (6, 121) and ((probs > 0).sum(-1) <= 2).all()
+    np.testing.assert_allclose(probs.sum(-1).numpy(), 1.0)
+    bins = torch.arange(-60, 61, dtype=torch.float64) / 10
+    np.testing.assert_allclose((probs * bins).sum(-1).numpy(), value_transform(x).numpy(), atol=1e-9)
+    np.testing.assert_allclose(support_to_scalar(torch.log(probs + 1e-30), 6, scale=10).numpy(), x.numpy(),
+                               rtol=1e-3, atol=1e-3)
+    # the bins are tenths of h: a one-hot on the fifth bin above zero decodes to h^-1(0.4)
+    fine = torch.zeros(121, dtype=torch.float64)
+    fine[60 + 4] = 1.0
+    np.testing.assert_allclose(support_to_scalar(torch.log(fine + 1e-30), 6, scale=10).item(),
+                               inverse_value_transform(torch.tensor(0.4, dtype=torch.float64)).item(), atol=1e-9)
+    # the model: a value-prefix head of its own width, the value head unchanged
+    import dataclasses
+    net = make_network((5,), 3, dataclasses.replace(SMALL, reward_support_size=6, reward_support_scale=10))
+    out = net.recurrent_inference(net.initial_inference(torch.zeros(2, 5)).hidden, net.initial_lstm_state(2),
+                                  torch.tensor([0, 1]))
+    assert out.value_prefix_logits.shape == (2, 121) and out.value_logits.shape == (2, 41)
+
+
 @pytest.mark.parametrize("obs_shape", [(12, 96, 96), (9, 84, 84)])
 def test_pixel_model_shapes_and_zero_init(obs_shape):
     net = make_network(obs_shape, 18, ModelConfig()).eval()
