@@ -246,6 +246,32 @@ def _plot_returns(task: str, runs: list[RunRecord], path: Path) -> None:
     plt.close(fig)
 
 
+def _plot_settings(task: str, groups: list[tuple[str, list[RunRecord]]], path: Path) -> None:
+    """One curve per setting of a task (the mean over its seeds at the env frames every
+    seed evaluated), side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for setting, members in groups:
+        by_frames = defaultdict(list)
+        for run in members:
+            for e in run.evals:
+                by_frames[e["env_frames"]].append(e["mean"])
+        xs = sorted(f for f, v in by_frames.items() if len(v) == len(members))
+        seeds = f"{len(members)} seed{'s' if len(members) > 1 else ''}"
+        ax.plot(xs, [float(np.mean(by_frames[x])) for x in xs], marker=".", label=f"{setting} ({seeds})")
+    ax.set_xlabel("env frames")
+    ax.set_ylabel("evaluation return (mean over seeds)")
+    ax.set_title(f"{task}: settings side by side")
+    ax.legend(fontsize="x-small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def _plot_losses(task: str, runs: list[RunRecord], path: Path) -> None:
     import matplotlib
 
@@ -353,11 +379,16 @@ def write_report(run_dirs, out_dir: str | Path) -> Path:
         summary.append(f"| {task} | {setting or '-'} | {obs} | {len(members)} ({seeds}) | {_frames(members)} "
                        f"| {score} |{published}")
 
+    comparisons = []
+    for task in sorted(t for t, n in settings_per_task.items() if n > 1):
+        name = f"{_slug(task)}-settings.png"
+        _plot_settings(task, [(setting, members) for t, setting, members in groups if t == task], out / name)
+        comparisons += [f"![{task}: settings side by side]({name})", ""]
     lines = ["# ez-robot report", "",
              f"Final score: `eval.json` when the run has one, else its last training evaluation. "
              f"Intervals: {CONFIDENCE:.0%} percentile bootstrap over seeds. Runs of a task whose "
              f"settings differ (the seed aside) are reported apart, named by those settings.", "",
-             *summary, "", *sections]
+             *summary, "", *comparisons, *sections]
     if atari_scores:
         agg = aggregate_atari(atari_scores)
         lines += ["## Atari: human-normalized scores across games", "",

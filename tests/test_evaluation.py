@@ -215,8 +215,12 @@ def test_report_combines_tasks_and_keeps_ablations_apart(tmp_path, tiny_run):
     single = float(finals[("cartpole_swingup", "train.consistency=false")][1])
     assert pooled == pytest.approx(single, rel=1e-2)
     assert "## cartpole_swingup (train.consistency=false)" in table and "## reacher_easy" in table
-    for name in ("cartpole_swingup-1-return.png", "cartpole_swingup-2-return.png", "reacher_easy-return.png"):
+    for name in ("cartpole_swingup-1-return.png", "cartpole_swingup-2-return.png", "reacher_easy-return.png",
+                 "cartpole_swingup-settings.png"):
         assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the settings of a task side by side in one figure; a task with one setting has none
+    assert "![cartpole_swingup: settings side by side](cartpole_swingup-settings.png)" in table
+    assert not (tmp_path / "report" / "reacher_easy-settings.png").exists()
 
 
 def test_report_gives_success_rates_of_envs_that_report_them(tmp_path, tiny_run):
