@@ -46,7 +46,8 @@ def scalar_to_support(x: torch.Tensor, support_size: int, scale: int = 1) -> tor
     """[...] scalars -> [..., 2 S scale + 1] two-hot distributions over the bins
     -S, -S + 1/scale, ..., S whose mean is h(x) (clipped to the support)."""
     half = support_size * scale
-    y = (value_transform(x) * scale).clamp(-half, half)
+    y = value_transform(x)
+    y = (y * scale if scale != 1 else y).clamp(-half, half)
     low = y.floor()
     upper_weight = y - low
     out = torch.zeros(x.shape + (2 * half + 1,), dtype=y.dtype, device=y.device)
@@ -62,7 +63,9 @@ def support_to_scalar(logits: torch.Tensor, support_size: int, scale: int = 1) -
     """[..., 2 S scale + 1] logits -> [...] scalars: softmax mean over the bins -S..S
     (1/scale apart), then h^-1."""
     half = support_size * scale
-    bins = torch.arange(-half, half + 1, dtype=logits.dtype, device=logits.device) / scale
+    bins = torch.arange(-half, half + 1, dtype=logits.dtype, device=logits.device)
+    if scale != 1:
+        bins = bins / scale
     # h^-1 divides a difference of nearly equal square roots by 2 eps = 0.002: in float32
     # that loses ~1e-4 of absolute precision, so it runs in float64 (on [...] scalars only).
     # (MPS has no float64; it keeps float32.)
@@ -243,7 +246,7 @@ class EfficientZeroNet(nn.Module):
         reward_in = c.reduced_channels * spatial
         self.value_head = _ConvHead(ch, c.reduced_channels, spatial, c.head_hidden, bins, residual=True)
         self.policy_head = _ConvHead(ch, c.reduced_channels, spatial, c.head_hidden, self.policy_size, residual=True)
-        self._build_reward(reward_in, c, bins)
+        self._build_reward(reward_in, c)
 
     def _build_states(self, c: ModelConfig, bins: int) -> None:
         (dims,) = self.obs_shape
@@ -261,9 +264,9 @@ class EfficientZeroNet(nn.Module):
         self.reward_conv = nn.Identity()
         self.value_head = _mlp([c.latent_dim, c.head_hidden, bins], zero_last=True, norm=ln)
         self.policy_head = _mlp([c.latent_dim, c.head_hidden, self.policy_size], zero_last=True, norm=ln)
-        self._build_reward(c.latent_dim, c, bins, norm=ln)
+        self._build_reward(c.latent_dim, c, norm=ln)
 
-    def _build_reward(self, features: int, c: ModelConfig, bins: int, norm=nn.BatchNorm1d) -> None:
+    def _build_reward(self, features: int, c: ModelConfig, norm=nn.BatchNorm1d) -> None:
         size, scale = self.reward_support
         bins = 2 * size * scale + 1
         if self.value_prefix:

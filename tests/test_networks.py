@@ -1,4 +1,6 @@
 """Value transform, supports, and the networks' interface and initialization."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -46,7 +48,6 @@ def test_a_finer_support_resolves_what_integer_bins_round():
     np.testing.assert_allclose(support_to_scalar(torch.log(fine + 1e-30), 6, scale=10).item(),
                                inverse_value_transform(torch.tensor(0.4, dtype=torch.float64)).item(), atol=1e-9)
     # the model: a value-prefix head of its own width, the value head unchanged
-    import dataclasses
     net = make_network((5,), 3, dataclasses.replace(SMALL, reward_support_size=6, reward_support_scale=10))
     out = net.recurrent_inference(net.initial_inference(torch.zeros(2, 5)).hidden, net.initial_lstm_state(2),
                                   torch.tensor([0, 1]))
