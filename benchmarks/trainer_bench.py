@@ -2,6 +2,7 @@
 
     python benchmarks/trainer_bench.py [--seconds 90] [--tasks cartpole_swingup atari:Pong gym:CartPole-v1]
                                        [--ray 1x2 1x1] [--device cuda] [--paper-batch]
+                                       [--no-single] [--envs N]
 
 Each measurement is one training session cut at ``--seconds`` (``max_seconds``): real
 self-play, replay, reanalyze and learning at the preset's ratio of training steps to
@@ -14,7 +15,9 @@ learner up to 1.2 steps per stored move).  On CPU, Atari uses a batch of 16 and 
 segments, or one training step would take minutes; ``--paper-batch`` keeps the paper's
 batch of 256 (for a GPU, ``--device cuda``: the learner and reanalyze inference on the GPU,
 self-play on CPU).  ``--ray WxR`` adds a Ray run with W self-play workers and R reanalyze
-workers (R = 0: the learner reanalyzes in its own process).
+workers (R = 0: the learner reanalyzes in its own process), each stepping ``--envs``
+environments together; ``--no-single`` skips the single-process session.
+``cartpole_swingup:pixels`` is the DMC-pixels preset (a GPU task).
 
 Printed per task: agent steps/s, env frames/s and training steps/s over the whole session
 and over its training phase (from the first training step on: the replay is full, the
@@ -41,6 +44,8 @@ TASKS = {
     "cartpole_swingup": ["replay.min_replay_size=100"],
     "gym:CartPole-v1": ["replay.min_replay_size=100"],
     "atari:Pong": ["replay.min_replay_size=50", "replay.segment_length=50", "train.batch_size=16"],
+    # from pixels (dmc_pixels.yaml: the ResNet on 3 stacked 84x84 frames, batch 256): a GPU task
+    "cartpole_swingup:pixels": ["replay.min_replay_size=100"],
 }
 
 
@@ -58,7 +63,7 @@ def warm_up(config, run_dir: Path, device: str) -> None:
 
 
 def measure(config, warm: Path, trainer_name: str, seconds: float, workers: int, reanalyze_workers: int,
-            device: str) -> dict:
+            device: str, num_envs: int = 1) -> dict:
     options = dict(device=device, progress=False, checkpoint_interval=10**9, eval_interval=10**9, max_seconds=seconds)
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(shutil.copytree(warm, Path(tmp) / "run"))
@@ -68,7 +73,7 @@ def measure(config, warm: Path, trainer_name: str, seconds: float, workers: int,
             result = trainer.train(config, run_dir, **options)
         else:
             result = ray_trainer.train(config, run_dir, workers=workers, reanalyze_workers=reanalyze_workers,
-                                       **options)
+                                       num_envs=num_envs, **options)
         result["total_seconds"] = time.perf_counter() - start  # Ray: with its start and shutdown
     result["action_repeat"] = config.env.action_repeat
     return result
@@ -107,6 +112,8 @@ def main():
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--paper-batch", action="store_true",
                         help="Atari: the paper's batch of 256 and full segments (for a GPU)")
+    parser.add_argument("--envs", type=int, default=1, help="Ray: environments stepped together per self-play worker")
+    parser.add_argument("--no-single", action="store_true", help="skip the single-process session (Ray runs only)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="config overrides for every task, e.g. reanalyze.mode=batch")
     args = parser.parse_args()
@@ -117,15 +124,19 @@ def main():
           f"load average {os.getloadavg()[0]:.1f}, sessions of {args.seconds:.0f} s, device {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))
     for task in args.tasks:
-        config = load_config(task, budget="1M", overrides=TASKS[task] + args.overrides)
+        name, pixels = task.removesuffix(":pixels"), task.endswith(":pixels")
+        config = load_config(name, obs="pixels" if pixels else "state", budget="1M",
+                             overrides=TASKS[task] + args.overrides)
         with tempfile.TemporaryDirectory() as tmp:
             warm = Path(tmp) / "warm"
             warm_up(config, warm, args.device)
-            results = {"single-process": measure(config, warm, "single", args.seconds, 0, 0, args.device)}
+            results = {} if args.no_single else {
+                "single-process": measure(config, warm, "single", args.seconds, 0, 0, args.device)}
             for spec in args.ray:
                 workers, reanalyzers = (int(x) for x in spec.split("x"))
-                results[f"Ray {workers} self-play + {reanalyzers} reanalyze"] = measure(
-                    config, warm, "ray", args.seconds, workers, reanalyzers, args.device)
+                envs = f" x {args.envs} envs" if args.envs > 1 else ""
+                results[f"Ray {workers} self-play{envs} + {reanalyzers} reanalyze"] = measure(
+                    config, warm, "ray", args.seconds, workers, reanalyzers, args.device, args.envs)
         print(f"\n{task} ({', '.join(TASKS[task] + args.overrides)}; reanalyze.mode={config.reanalyze.mode})\n")
         print("| trainer | session | agent steps | train steps | agent steps/s | env frames/s | train steps/s "
               "| training phase | agent steps/s | train steps/s |")
