@@ -202,6 +202,11 @@ class TrainConfig:
     """Evaluation episodes."""
     entropy_coef: float = 0.01
     """Sampled action modes: weight of the policy-entropy bonus in the loss."""
+    entropy: str = "pre_squash"
+    """Gaussian mode: the entropy that bonus (and the ``policy_entropy`` metric) measures:
+    ``pre_squash``, the Gaussian before tanh (closed form, unbounded: it rewards stds that
+    pile the actions onto the bounds), or ``squashed``, that of the actions in [-1, 1]
+    (EfficientZero V2's; bounded by dims x log 2)."""
     inference: str = "onnxruntime"
     """Network calls of the searches in self-play and reanalyze on the CPU: onnxruntime
     (the networks exported again after each weight refresh; several times faster on the
@@ -229,6 +234,7 @@ class TrainConfig:
             ("td_steps", self.td_steps >= 1, ">= 1"),
             ("policy_loss_coef", self.policy_loss_coef >= 0, ">= 0"),
             ("entropy_coef", self.entropy_coef >= 0, ">= 0"),
+            ("entropy", self.entropy in ("pre_squash", "squashed"), "'pre_squash' or 'squashed'"),
             ("value_loss_coef", self.value_loss_coef >= 0, ">= 0"),
             ("consistency_loss_coef", self.consistency_loss_coef >= 0, ">= 0"),
             ("reanalyze_policy_ratio", 0.0 <= self.reanalyze_policy_ratio <= 1.0, "in [0, 1]"),

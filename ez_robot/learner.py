@@ -102,6 +102,7 @@ class Learner:
             return -(target_probs * F.log_softmax(logits, dim=-1)).sum(-1)
 
         spec = net.action_spec
+        squashed = t.entropy == "squashed"
         candidates = None if targets.candidates is None else torch.as_tensor(targets.candidates, device=dev)
 
         def policy_ce(params, u):
@@ -111,7 +112,7 @@ class Learner:
             if candidates is None:
                 return ce(params, policy_target[:, u])
             log_pi = policy_log_prob(spec, params, candidates[:, u])
-            return -(policy_target[:, u] * log_pi).sum(-1) - t.entropy_coef * policy_entropy(spec, params)
+            return -(policy_target[:, u] * log_pi).sum(-1) - t.entropy_coef * policy_entropy(spec, params, squashed)
 
         # --- step 0: representation and prediction ---
         out = net.initial_inference(obs[:, 0])
@@ -175,7 +176,7 @@ class Learner:
             "reanalyze_stored": targets.num_stored,  # targets it read from the buffer sweep's results
         }
         if candidates is not None:  # sampled modes: how wide the policy is (pre-squash for the Gaussian)
-            metrics["policy_entropy"] = policy_entropy(spec, out.policy_logits.detach()).mean().item()
+            metrics["policy_entropy"] = policy_entropy(spec, out.policy_logits.detach(), squashed).mean().item()
         return metrics, priorities
 
     def _refresh_snapshots(self) -> None:

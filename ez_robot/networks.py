@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -363,14 +364,38 @@ def policy_log_prob(spec: ActionSpec, params: torch.Tensor, actions: torch.Tenso
     return logp.sum(-1) - jacobian
 
 
-def policy_entropy(spec: ActionSpec, params: torch.Tensor) -> torch.Tensor:
+def policy_entropy(spec: ActionSpec, params: torch.Tensor, squashed: bool = False) -> torch.Tensor:
     """Entropy [...] of the policies: exact for the factorized categoricals; for the
-    Gaussian that of the pre-squash Gaussian (the squash has no closed form)."""
+    Gaussian that of the pre-squash Gaussian, or with ``squashed`` that of the actions
+    themselves, tanh of it.  The pre-squash entropy grows without bound with the std, which
+    piles the actions onto the bounds; the squashed one is at most dims x log 2 (uniform
+    on [-1, 1]).  It has no closed form: per dimension it is the Gaussian's plus
+    E[log(1 - tanh(x)^2)], taken by Gauss-Hermite quadrature (deterministic, exact
+    gradients)."""
     if spec.mode == "factorized":
         logp = F.log_softmax(params.reshape(params.shape[:-1] + (spec.dims, spec.bins)), dim=-1)
         return -(logp.exp() * logp).sum((-1, -2))
-    _, std = _gaussian(params, spec.dims)
-    return (torch.log(std) + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
+    mean, std = _gaussian(params, spec.dims)
+    entropy = torch.log(std) + 0.5 * (1.0 + math.log(2 * math.pi))
+    if squashed:
+        nodes, weights = _hermite_rule(params)
+        x = mean.unsqueeze(-1) + std.unsqueeze(-1) * nodes  # [..., D, N]
+        log_jacobian = 2.0 * (math.log(2.0) - x - F.softplus(-2.0 * x))  # log(1 - tanh(x)^2), stable
+        entropy = entropy + (log_jacobian * weights).sum(-1)
+    return entropy.sum(-1)
+
+
+HERMITE_NODES = 32
+"""Quadrature points of the squashed-Gaussian entropy."""
+_HERMITE = np.polynomial.hermite_e.hermegauss(HERMITE_NODES)
+
+
+def _hermite_rule(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes and weights of E[f(z)], z ~ N(0, 1): probabilists' Gauss-Hermite, normalized."""
+    nodes, weights = _HERMITE
+    weights = weights / weights.sum()
+    return (torch.as_tensor(nodes, dtype=like.dtype, device=like.device),
+            torch.as_tensor(weights, dtype=like.dtype, device=like.device))
 
 
 def _gaussian(params: torch.Tensor, dims: int) -> tuple[torch.Tensor, torch.Tensor]:

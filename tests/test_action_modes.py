@@ -12,7 +12,7 @@ from ez_robot import search
 from ez_robot._search import SearchConfig
 from ez_robot.config import ConfigError, load_config, resolved_action_mode
 from ez_robot.networks import make_network, policy_entropy, policy_log_prob
-from ez_robot.policies import ActionSpec, bin_values, log_prob, mode_action, sample_candidates
+from ez_robot.policies import MEAN_BOUND, STD_MIN, ActionSpec, bin_values, log_prob, mode_action, sample_candidates
 
 GAUSSIAN = ActionSpec("gaussian", dims=3)
 FACTORIZED = ActionSpec("factorized", dims=3, bins=5)
@@ -92,6 +92,28 @@ def test_numpy_and_torch_densities_agree(spec):
                                    rtol=1e-5)
 
 
+def test_the_squashed_entropy_is_that_of_the_actions_and_bounded():
+    """train.entropy=squashed: the quadrature agrees with sampling the actions themselves; it
+    never exceeds the uniform's dims x log 2, and past a moderate std a wider Gaussian lowers
+    it (its actions pile onto the bounds) where the pre-squash entropy keeps rising."""
+    torch.manual_seed(3)
+    params = 0.5 * torch.randn(4, 6, dtype=torch.float64)
+    mean = MEAN_BOUND * torch.tanh(params[:, :3] / MEAN_BOUND)  # the head's parametrization
+    std = torch.nn.functional.softplus(params[:, 3:] + 1.0) + STD_MIN
+    actions = torch.tanh(mean.unsqueeze(1) + std.unsqueeze(1) * torch.randn(4, 200_000, 3, dtype=torch.float64))
+    sampled = -policy_log_prob(GAUSSIAN, params, actions).mean(-1)
+    np.testing.assert_allclose(policy_entropy(GAUSSIAN, params, squashed=True).numpy(), sampled.numpy(), atol=0.02)
+
+    widths = torch.linspace(-2.0, 8.0, 41, dtype=torch.float64, requires_grad=True)
+    wide = torch.cat([torch.zeros(41, 3, dtype=torch.float64), widths[:, None].expand(41, 3)], dim=1)
+    squashed = policy_entropy(GAUSSIAN, wide, squashed=True)
+    assert (squashed <= 3 * math.log(2.0) + 1e-9).all()
+    (grad,) = torch.autograd.grad(squashed.sum(), widths)
+    assert (grad[widths > 1.0] < 0).all() and (grad[widths < -1.0] > 0).all()
+    (pre_grad,) = torch.autograd.grad(policy_entropy(GAUSSIAN, wide).sum(), widths)
+    assert (pre_grad > 0).all()
+
+
 def test_wrong_policy_shapes_are_named():
     with pytest.raises(ValueError, match=r"must have shape \[B, 6\] for gaussian \(3 dims\)"):
         sample_candidates(GAUSSIAN, np.zeros((2, 5)), 4, np.random.default_rng(0), root=False)
@@ -169,7 +191,8 @@ def test_a_six_joint_task_trains(tmp_path, mode, trainer):
     from ez_robot.evaluation import load_run
 
     config = load_config("walker_walk", budget="240", seed=1,
-                         overrides=TINY + [f"env.action_mode={mode}", "env.factorized_bins=5"])
+                         overrides=TINY + [f"env.action_mode={mode}", "env.factorized_bins=5"]
+                         + (["train.entropy=squashed"] if mode == "gaussian" else []))
     if trainer == "single":
         summary = single_trainer.train(config, tmp_path, device="cpu", progress=False, checkpoint_interval=20,
                                        eval_interval=1000)  # one evaluation, at the end
