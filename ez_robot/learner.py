@@ -175,7 +175,7 @@ class Learner:
             "reanalyze_searches": targets.num_searches,  # roots this batch searched
             "reanalyze_stored": targets.num_stored,  # targets it read from the buffer sweep's results
         }
-        if candidates is not None:  # sampled modes: how wide the policy is (pre-squash for the Gaussian)
+        if candidates is not None:  # sampled modes: how wide the policy is (the Gaussian's per train.entropy)
             metrics["policy_entropy"] = policy_entropy(spec, out.policy_logits.detach(), squashed).mean().item()
         return metrics, priorities
 

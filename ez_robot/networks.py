@@ -387,15 +387,14 @@ def policy_entropy(spec: ActionSpec, params: torch.Tensor, squashed: bool = Fals
 
 HERMITE_NODES = 32
 """Quadrature points of the squashed-Gaussian entropy."""
-_HERMITE = np.polynomial.hermite_e.hermegauss(HERMITE_NODES)
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(HERMITE_NODES)
+_WEIGHTS = _WEIGHTS / _WEIGHTS.sum()  # E[f(z)], z ~ N(0, 1): probabilists' Gauss-Hermite, normalized
 
 
 def _hermite_rule(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Nodes and weights of E[f(z)], z ~ N(0, 1): probabilists' Gauss-Hermite, normalized."""
-    nodes, weights = _HERMITE
-    weights = weights / weights.sum()
-    return (torch.as_tensor(nodes, dtype=like.dtype, device=like.device),
-            torch.as_tensor(weights, dtype=like.dtype, device=like.device))
+    """The quadrature's nodes and weights in ``like``'s dtype and device."""
+    return (torch.as_tensor(_NODES, dtype=like.dtype, device=like.device),
+            torch.as_tensor(_WEIGHTS, dtype=like.dtype, device=like.device))
 
 
 def _gaussian(params: torch.Tensor, dims: int) -> tuple[torch.Tensor, torch.Tensor]:
