@@ -194,6 +194,18 @@ class TrainConfig:
     """Share of sampled positions whose policy target is re-searched with the target network."""
     dynamic_horizon_tau: float = 0.3
     """tau in l = clip(k - floor(age / (tau * T_total)), 1, k)."""
+    value_target: str = "dynamic"
+    """dynamic: the paper's off-policy correction, every value target bootstraps after the
+    dynamic horizon l >= 1.  mixed (EfficientZero V2's): targets of data older than
+    ``mixed_window`` are the fresh search's root value of the position itself (l = 0), the
+    rest as ``dynamic``; before ``mixed_start`` all of them are."""
+    mixed_start: float = 0.4
+    """mixed: share of the training steps during which every value target is a search value
+    (EfficientZero V2 on DMC: 40k of 100k)."""
+    mixed_window: float = 0.4
+    """mixed: data collected within this share of the training steps of now counts as
+    recent and keeps the n-step target (EfficientZero V2 on DMC: the newest 20k of 50k
+    transitions)."""
     selfplay_update_interval: int = 100
     """Training steps between weight refreshes of the acting network."""
     target_update_interval: int = 200
@@ -239,11 +251,17 @@ class TrainConfig:
             ("consistency_loss_coef", self.consistency_loss_coef >= 0, ">= 0"),
             ("reanalyze_policy_ratio", 0.0 <= self.reanalyze_policy_ratio <= 1.0, "in [0, 1]"),
             ("dynamic_horizon_tau", self.dynamic_horizon_tau > 0, "> 0"),
+            ("value_target", self.value_target in ("dynamic", "mixed"), "'dynamic' or 'mixed'"),
+            ("mixed_start", 0.0 <= self.mixed_start <= 1.0, "in [0, 1]"),
+            ("mixed_window", 0.0 <= self.mixed_window <= 1.0, "in [0, 1]"),
             ("selfplay_update_interval", self.selfplay_update_interval >= 1, ">= 1"),
             ("target_update_interval", self.target_update_interval >= 1, ">= 1"),
             ("eval_episodes", self.eval_episodes >= 1, ">= 1"),
             ("inference", self.inference in ("onnxruntime", "torch"), "'onnxruntime' or 'torch'"),
         ], self)
+        if self.value_target == "mixed" and not self.off_policy_correction:
+            raise ConfigError("train.value_target=mixed bootstraps from fresh searches; it needs "
+                              "train.off_policy_correction=true")
 
 
 REANALYZE_MODES = ("batch", "buffer")

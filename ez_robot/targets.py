@@ -7,7 +7,8 @@ For each sampled move t and unroll index u in 0..K the learner needs:
 - value targets, the paper's off-policy correction (eq. 4):
       z_{t+u} = sum_{i<l} gamma^i u_{t+u+i} + gamma^l nu_{t+u+l},
   with the dynamic horizon l = clip(k - floor(age / (tau * T_total)), 1, k) and nu the
-  root value of a fresh search; this module computes the reward sums and where each
+  root value of a fresh search (EfficientZero V2's mixed target: l = 0 for old data, the
+  search value itself); this module computes the reward sums and where each
   bootstrap comes from, :mod:`ez_robot.reanalyze` runs the searches;
 - masks for what lies past the end of the episode: after termination the state is
   absorbing (value and rewards 0); after truncation there is no data, so those terms
@@ -22,7 +23,7 @@ import numpy as np
 from ez_robot.policies import ActionSpec
 from ez_robot.replay import SampleRef
 
-__all__ = ["dynamic_horizon", "BatchContext", "prepare_context"]
+__all__ = ["dynamic_horizon", "value_horizons", "BatchContext", "prepare_context"]
 
 
 def dynamic_horizon(collected_at: np.ndarray, train_step: int, total_train_steps: int, td_steps: int,
@@ -30,6 +31,24 @@ def dynamic_horizon(collected_at: np.ndarray, train_step: int, total_train_steps
     """l in [1, k]: older data bootstraps sooner (paper, eq. 4)."""
     age = np.maximum(train_step - np.asarray(collected_at, np.int64), 0)
     return np.clip(td_steps - np.floor(age / (tau * total_train_steps)).astype(np.int64), 1, td_steps)
+
+
+def value_horizons(collected_at: np.ndarray, train_step: int, total_train_steps: int, train) -> np.ndarray:
+    """l per sample for ``train`` (a :class:`ez_robot.config.TrainConfig`): k without the
+    off-policy correction; ``dynamic_horizon`` (the paper); or, with
+    ``value_target=mixed`` (EfficientZero V2), 0 (the search value of the position itself)
+    for every sample before ``mixed_start`` and afterwards for data older than
+    ``mixed_window``, the dynamic horizon for the recent rest."""
+    collected_at = np.asarray(collected_at, np.int64)
+    if not train.off_policy_correction:
+        return np.full(len(collected_at), train.td_steps, np.int64)
+    horizons = dynamic_horizon(collected_at, train_step, total_train_steps, train.td_steps, train.dynamic_horizon_tau)
+    if train.value_target == "mixed":
+        if train_step < train.mixed_start * total_train_steps:
+            return np.zeros_like(horizons)
+        recent = train_step - collected_at < train.mixed_window * total_train_steps
+        horizons = np.where(recent, horizons, 0)
+    return horizons
 
 
 @dataclass
@@ -86,7 +105,7 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
     ``num_actions``: A, or the run's :class:`ez_robot.policies.ActionSpec` (the sampled
     modes store action vectors and policies over candidates).
 
-    ``horizons`` [B] is l per sample (``dynamic_horizon``, or k without correction).
+    ``horizons`` [B] is l per sample (``value_horizons``); l = 0: z is the bootstrap itself.
     ``search_from``: stored search results (:class:`ez_robot.replay.SearchResults`) made
     by a target network of this version or later are fresh enough to use; ``None`` uses
     none (the paper's batch reanalyze searches everything)."""

@@ -27,7 +27,7 @@ from ez_robot.run_files import RunFiles
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, next_eval_after, priority_beta,
                                 replay_shortfall, temperature_at, total_train_steps, train_steps_due)
 from ez_robot.session import Session, interrupt_on_sigterm
-from ez_robot.targets import dynamic_horizon, prepare_context
+from ez_robot.targets import prepare_context, value_horizons
 
 __all__ = ["train", "sample_batch", "check_resumable", "replay_moves_at"]
 
@@ -170,14 +170,13 @@ class _Run:
 
 def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, action: "ActionSpec | int",
                  rng: np.random.Generator, target_version: int):
-    """A prioritized sample and its CPU context (beta annealed, dynamic horizon from each
-    move's collection step, the stored search results recent enough for the target
-    network of ``target_version``).  Returns (SampleRef, BatchContext)."""
+    """A prioritized sample and its CPU context (beta annealed, value horizons from each
+    move's collection step, the stored search results recent enough for the target network
+    of ``target_version``).  Returns (SampleRef, BatchContext)."""
     t, total = config.train, total_train_steps(config)
     ref = replay.sample(t.batch_size, priority_beta(config, train_steps, total), rng)
     collected = np.array([s.collected_at[p] for s, p in zip(ref.segments, ref.positions)])
-    horizons = dynamic_horizon(collected, train_steps, total, t.td_steps, t.dynamic_horizon_tau) \
-        if t.off_policy_correction else np.full(len(collected), t.td_steps)
+    horizons = value_horizons(collected, train_steps, total, t)
     searched = search_config(config)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
                               lstm_horizon=searched.lstm_horizon, num_actions=action, rng=rng,

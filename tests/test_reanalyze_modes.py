@@ -50,6 +50,31 @@ def test_stored_results_give_the_targets_a_fresh_search_gives():
     np.testing.assert_array_equal(stored.searched_policy, fresh.searched_policy)
 
 
+def test_a_zero_horizon_target_is_the_search_value_of_the_position_itself():
+    # EfficientZero V2's search value target (train.value_target=mixed, old data): z_{t+u} is
+    # the root value of the target network's search from o_{t+u}, stored or fresh alike
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE)
+    replay = filled_replay(config)
+    results = search_segments(replay.segments, ToyInference(ACTIONS), config.search, np.random.default_rng(9),
+                              version=400)
+    for segment_id, result in enumerate(results):
+        replay.store_search(segment_id, result)
+    t, rng = config.train, np.random.default_rng(3)
+    ref = replay.sample(t.batch_size, 0.4, rng)
+    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.zeros(t.batch_size, np.int64),
+                              discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
+                              num_actions=ACTIONS, rng=rng, search_from=400)
+    targets = reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, rng,
+                        policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
+    expected = np.zeros_like(targets.value)
+    for b, (segment_id, t0) in enumerate(zip(ref.segment_ids, ref.positions)):
+        for u in range(t.unroll_steps + 1):
+            if context.bootstrap_index[b, u] >= 0:
+                expected[b, u] = results[segment_id].values[t0 + u]
+    assert (context.bootstrap_index >= 0).sum() > 100 and targets.num_searches == 0
+    np.testing.assert_allclose(targets.value, expected, rtol=1e-6)
+
+
 def test_results_older_than_the_bound_are_searched_again():
     config = load_config("gym:CartPole-v1", overrides=NO_NOISE + ["reanalyze.staleness=2",
                                                                  "train.target_update_interval=100"])
@@ -144,14 +169,14 @@ def test_more_sweep_rounds_per_target_search_each_observation_again_within_its_p
     assert fresh_from(config, 100, replay.swept_round) == 100
 
 
-@pytest.mark.parametrize("mode", ["batch", "buffer"])
-def test_both_modes_train_in_one_process(tmp_path, mode):
+@pytest.mark.parametrize("mode,value_target", [("batch", "dynamic"), ("buffer", "dynamic"), ("buffer", "mixed")])
+def test_both_modes_train_in_one_process(tmp_path, mode, value_target):
     from ez_robot.trainer import train
 
     config = load_config("gym:CartPole-v1", budget="240", overrides=[
         "replay.min_replay_size=60", "train.batch_size=8", "search.num_simulations=4",
         "train.train_steps_per_agent_step=0.5", "train.eval_episodes=2", "train.target_update_interval=20",
-        f"reanalyze.mode={mode}"])
+        f"reanalyze.mode={mode}", f"train.value_target={value_target}", "train.mixed_start=0.25"])
     summary = train(config, tmp_path, device="cpu", progress=False)
     assert (summary["agent_steps"], summary["train_steps"]) == (240, 120)
     assert ("reanalyze.sweep" in summary["seconds"]) == (mode == "buffer")

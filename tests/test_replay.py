@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from ez_robot.config import ReplayConfig
+from ez_robot.config import ConfigError, ReplayConfig, load_config
 from ez_robot.replay import ReplayBuffer, Segment
-from ez_robot.targets import dynamic_horizon, prepare_context
+from ez_robot.targets import dynamic_horizon, prepare_context, value_horizons
 
 A = 3
 
@@ -39,6 +39,43 @@ def test_dynamic_horizon_fresh_and_stale():
     collected = np.array([1000, 900, 700, 400, 0, 2000])
     np.testing.assert_array_equal(dynamic_horizon(collected, 1000, 1000, 5, 0.3), [5, 5, 4, 3, 2, 5])
     assert dynamic_horizon(np.array([0]), 10**6, 1000, 5, 0.3)[0] == 1
+
+
+def test_mixed_value_target_horizons_by_hand():
+    # k = 5, tau = 0.3, T_total = 1000; mixed: all search values before step 400, then the
+    # data older than 400 steps gets l = 0 and the recent rest the dynamic horizon
+    def horizons(value_target, step, collected, *more):
+        train = load_config("gym:CartPole-v1", overrides=[
+            "train.td_steps=5", "train.dynamic_horizon_tau=0.3", f"train.value_target={value_target}",
+            "train.mixed_start=0.4", "train.mixed_window=0.4", *more]).train
+        return value_horizons(np.array(collected), step, 1000, train)
+
+    collected = [1000, 700, 601, 599, 0]
+    np.testing.assert_array_equal(horizons("dynamic", 1000, collected), [5, 4, 4, 4, 2])
+    np.testing.assert_array_equal(horizons("mixed", 1000, collected), [5, 4, 4, 0, 0])
+    np.testing.assert_array_equal(horizons("mixed", 399, [399, 0]), [0, 0])
+    np.testing.assert_array_equal(horizons("mixed", 400, [399, 1, 0]), [5, 4, 0])
+    np.testing.assert_array_equal(horizons("dynamic", 1000, collected, "train.off_policy_correction=false"), [5] * 5)
+    with pytest.raises(ConfigError, match="off_policy_correction"):
+        horizons("mixed", 1000, collected, "train.off_policy_correction=false")
+    with pytest.raises(ConfigError, match="value_target"):
+        horizons("sarsa", 1000, collected)
+
+
+def test_a_zero_horizon_bootstraps_from_the_position_itself():
+    seg = segment(12, own=2, values=np.arange(13, dtype=np.float32))
+    ctx = context(seg, [0], [0])  # z_u = nu_u: no reward part, discount 1
+    np.testing.assert_allclose(ctx.value_partial[0], [0, 0, 0])
+    np.testing.assert_array_equal(ctx.bootstrap_index[0], [0, 1, 2])
+    np.testing.assert_allclose(ctx.bootstrap_discount[0], [1, 1, 1])
+    np.testing.assert_allclose(ctx.stored_bootstrap_values[0], [0, 1, 2])
+    ended = context(segment(4, end=True, terminated=True), [2], [0], K=3)
+    np.testing.assert_array_equal(ended.bootstrap_index[0], [2, 3, -1, -1])  # the terminal observation: z = 0
+    np.testing.assert_array_equal(ended.mask_value[0], [1, 1, 1, 1])
+    truncated = context(segment(4, end=True, values=[10, 10, 10, 10, 7]), [2], [0], K=3)
+    np.testing.assert_array_equal(truncated.bootstrap_index[0], [2, 3, 4, -1])
+    np.testing.assert_allclose(truncated.stored_bootstrap_values[0], [10, 10, 7, 0])
+    np.testing.assert_array_equal(truncated.mask_value[0], [1, 1, 1, 0])
 
 
 def test_value_targets_mid_episode_by_hand():
