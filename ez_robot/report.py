@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import defaultdict
+import textwrap
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -246,29 +247,43 @@ def _plot_returns(task: str, runs: list[RunRecord], path: Path) -> None:
     plt.close(fig)
 
 
+def _setting_labels(settings: list[str]) -> tuple[list[str], str]:
+    """Short legend labels for settings written ``key=value, ...``: each names only the
+    values that differ from the most common one of its key; the second item lists those
+    common values (what the labels leave out)."""
+    parsed = [dict(item.split("=", 1) for item in setting.split(", ") if "=" in item) for setting in settings]
+    keys = sorted(set().union(*parsed))
+    common = {k: Counter(p.get(k) for p in parsed).most_common(1)[0][0] for k in keys}
+    labels = [", ".join(f"{k}={p[k]}" for k in keys if k in p and p[k] != common[k]) or "the common values"
+              for p in parsed]
+    return labels, ", ".join(f"{k}={v}" for k, v in common.items() if v is not None)
+
+
 def _plot_settings(task: str, groups: list[tuple[str, list[RunRecord]]], path: Path) -> None:
     """One curve per setting of a task (the mean over its seeds at the env frames every
-    seed evaluated), side by side."""
+    seed evaluated), side by side; the legend below the axes names what each changes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for setting, members in groups:
+    labels, common = _setting_labels([setting for setting, _ in groups])
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for (setting, members), label in zip(groups, labels):
         by_frames = defaultdict(list)
         for run in members:
             for e in run.evals:
                 by_frames[e["env_frames"]].append(e["mean"])
         xs = sorted(f for f, v in by_frames.items() if len(v) == len(members))
         seeds = f"{len(members)} seed{'s' if len(members) > 1 else ''}"
-        ax.plot(xs, [float(np.mean(by_frames[x])) for x in xs], marker=".", label=f"{setting} ({seeds})")
+        ax.plot(xs, [float(np.mean(by_frames[x])) for x in xs], marker=".",
+                label=textwrap.fill(f"{label} ({seeds})", 110))
     ax.set_xlabel("env frames")
     ax.set_ylabel("evaluation return (mean over seeds)")
     ax.set_title(f"{task}: settings side by side")
-    ax.legend(fontsize="x-small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(0.0, -0.13),
+              title=textwrap.fill(f"unless named: {common}", 130), title_fontsize="x-small")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
