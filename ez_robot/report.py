@@ -194,6 +194,12 @@ def _setting(value) -> str:
     return "(unset)" if value is None else str(value)
 
 
+def _differing_keys(runs: list[RunRecord]) -> list[str]:
+    """The config keys, sorted, in which ``runs`` differ (the seed and task aside)."""
+    keys = sorted({key for run in runs for key in run.config} - set(NOT_SETTINGS))
+    return [k for k in keys if len({repr(run.config.get(k)) for run in runs}) > 1]
+
+
 def group_runs(runs: list[RunRecord]) -> list[tuple[str, str, list[RunRecord]]]:
     """``(task, settings, runs)`` groups, sorted; each group's runs sorted by seed.
 
@@ -207,8 +213,7 @@ def group_runs(runs: list[RunRecord]) -> list[tuple[str, str, list[RunRecord]]]:
         by_task[run.task].append(run)
     groups = []
     for task, task_runs in sorted(by_task.items()):
-        keys = sorted({key for run in task_runs for key in run.config} - set(NOT_SETTINGS))
-        differing = [k for k in keys if len({repr(run.config.get(k)) for run in task_runs}) > 1]
+        differing = _differing_keys(task_runs)
         by_setting: dict[str, list[RunRecord]] = defaultdict(list)
         for run in task_runs:
             by_setting[", ".join(f"{k}={_setting(run.config.get(k))}" for k in differing)].append(run)
@@ -247,16 +252,14 @@ def _plot_returns(task: str, runs: list[RunRecord], path: Path) -> None:
     plt.close(fig)
 
 
-def _setting_labels(settings: list[str]) -> tuple[list[str], str]:
-    """Short legend labels for settings written ``key=value, ...``: each names only the
-    values that differ from the most common one of its key; the second item lists those
-    common values (what the labels leave out)."""
-    parsed = [dict(item.split("=", 1) for item in setting.split(", ") if "=" in item) for setting in settings]
-    keys = sorted(set().union(*parsed))
-    common = {k: Counter(p.get(k) for p in parsed).most_common(1)[0][0] for k in keys}
-    labels = [", ".join(f"{k}={p[k]}" for k in keys if k in p and p[k] != common[k]) or "the common values"
-              for p in parsed]
-    return labels, ", ".join(f"{k}={v}" for k, v in common.items() if v is not None)
+def _setting_labels(settings: list[dict]) -> tuple[list[str], str]:
+    """Short legend labels for settings (``{key: value}``, the same keys in each): each
+    names only the values that differ from the most common one of its key; the second
+    item lists those common values (what the labels leave out)."""
+    common = {k: Counter(setting[k] for setting in settings).most_common(1)[0][0] for k in settings[0]}
+    labels = [", ".join(f"{k}={v}" for k, v in setting.items() if v != common[k]) or "the common values"
+              for setting in settings]
+    return labels, ", ".join(f"{k}={v}" for k, v in common.items())
 
 
 def _plot_settings(task: str, groups: list[tuple[str, list[RunRecord]]], path: Path) -> None:
@@ -267,9 +270,10 @@ def _plot_settings(task: str, groups: list[tuple[str, list[RunRecord]]], path: P
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels, common = _setting_labels([setting for setting, _ in groups])
+    keys = _differing_keys([run for _, members in groups for run in members])
+    labels, common = _setting_labels([{k: _setting(members[0].config.get(k)) for k in keys} for _, members in groups])
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for (setting, members), label in zip(groups, labels):
+    for (_, members), label in zip(groups, labels):
         by_frames = defaultdict(list)
         for run in members:
             for e in run.evals:

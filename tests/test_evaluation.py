@@ -226,7 +226,8 @@ def test_report_combines_tasks_and_keeps_ablations_apart(tmp_path, tiny_run):
 def test_settings_legend_names_only_what_differs_from_the_common_values():
     from ez_robot.report import _setting_labels
 
-    labels, common = _setting_labels(["a=1, b=2, c=3", "a=1, b=5, c=3", "a=1, b=2, c=4", "a=1, b=2, c=3"])
+    labels, common = _setting_labels([dict(a="1", b="2", c="3"), dict(a="1", b="5", c="3"),
+                                      dict(a="1", b="2", c="4"), dict(a="1", b="2", c="3")])
     assert labels == ["the common values", "b=5", "c=4", "the common values"]
     assert common == "a=1, b=2, c=3"
 
