@@ -219,6 +219,12 @@ class TrainConfig:
     ``pre_squash``, the Gaussian before tanh (closed form, unbounded: it rewards stds that
     pile the actions onto the bounds), or ``squashed``, that of the actions in [-1, 1]
     (EfficientZero V2's; bounded by dims x log 2)."""
+    policy_target: str = "full"
+    """What the policy is trained towards: ``full``, the search's whole output policy (visit
+    counts, or the improved policy over the sampled candidates: -sum_i pi'(a_i) log pi(a_i));
+    ``best``, only its most likely action (-log pi(a*); EfficientZero V2 trains policies over
+    more than one action dimension so, its "simple" loss, there with the Gumbel search's
+    winner, here the noise-free argmax of the same improved policy)."""
     inference: str = "onnxruntime"
     """Network calls of the searches in self-play and reanalyze on the CPU: onnxruntime
     (the networks exported again after each weight refresh; several times faster on the
@@ -247,6 +253,7 @@ class TrainConfig:
             ("policy_loss_coef", self.policy_loss_coef >= 0, ">= 0"),
             ("entropy_coef", self.entropy_coef >= 0, ">= 0"),
             ("entropy", self.entropy in ("pre_squash", "squashed"), "'pre_squash' or 'squashed'"),
+            ("policy_target", self.policy_target in ("full", "best"), "'full' or 'best'"),
             ("value_loss_coef", self.value_loss_coef >= 0, ">= 0"),
             ("consistency_loss_coef", self.consistency_loss_coef >= 0, ">= 0"),
             ("reanalyze_policy_ratio", 0.0 <= self.reanalyze_policy_ratio <= 1.0, "in [0, 1]"),

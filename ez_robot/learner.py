@@ -104,6 +104,8 @@ class Learner:
         spec = net.action_spec
         squashed = t.entropy == "squashed"
         candidates = None if targets.candidates is None else torch.as_tensor(targets.candidates, device=dev)
+        if t.policy_target == "best":  # all the weight on the target's most likely action
+            policy_target = F.one_hot(policy_target.argmax(-1), policy_target.shape[-1]).to(policy_target.dtype)
 
         def policy_ce(params, u):
             """Cross-entropy of the policy target at unroll step u: over the A actions

@@ -68,6 +68,7 @@ def test_overrides_and_round_trip():
     ("replay.priority_alpha=2", r"replay.priority_alpha must be in \[0, 1\]"),
     ("train.optimizer=rmsprop", r"train.optimizer must be 'sgd' or 'adam'"),
     ("train.entropy=tanh", r"train.entropy must be 'pre_squash' or 'squashed'"),
+    ("train.policy_target=argmax", r"train.policy_target must be 'full' or 'best'"),
     ("lr", r"bad --set 'lr': write key=value"),
 ])
 def test_bad_overrides_name_the_key(override, match):

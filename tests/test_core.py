@@ -107,6 +107,28 @@ def test_overfit_mdp_search_picks_optimal_action():
     np.testing.assert_array_equal(out.actions, np.arange(STATES) % 2)
 
 
+def test_policy_target_best_trains_towards_the_most_likely_action_alone():
+    """train.policy_target=best is the full loss with the search policy replaced by a
+    one-hot at its argmax: the same loss to the last bit, and not the full one."""
+    import dataclasses
+
+    best, full = small_config("train.policy_target=best"), small_config()
+    net, replay, rng = setup(full)
+    ref, context, targets = batch(full, net, replay, rng)
+    assert (targets.policy.max(-1) < 1.0).any()  # soft targets: the two losses can differ
+    with torch.no_grad():  # a policy head that is not uniform (it starts so)
+        for param in net.parameters():
+            param.add_(0.1 * torch.randn_like(param))
+    one_hot = np.eye(ACTIONS, dtype=targets.policy.dtype)[targets.policy.argmax(-1)]
+    losses = {}
+    for name, config, given in [("best", best, targets), ("full", full, targets),
+                                ("one_hot", full, dataclasses.replace(targets, policy=one_hot))]:
+        metrics, _ = Learner(copy.deepcopy(net), config, 100, torch.device("cpu")).step(context, given, ref.weights)
+        losses[name] = metrics["policy_loss"]
+    assert losses["best"] == losses["one_hot"]
+    assert losses["best"] != losses["full"]
+
+
 def test_consistency_target_branch_has_no_gradient():
     config = small_config()
     net, replay, rng = setup(config)
