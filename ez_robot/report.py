@@ -252,6 +252,21 @@ def _plot_returns(task: str, runs: list[RunRecord], path: Path) -> None:
     plt.close(fig)
 
 
+def _mean_curve(members) -> tuple[list[float], list[float]]:
+    """The seeds' evaluations averaged point by point.  Evaluations of one schedule land a
+    few frames apart in different seeds (an evaluation waits for the decision that crosses
+    its frame count), so points within 1% of the longest run's frames count as one; a point
+    is kept where every seed has one."""
+    scale = 0.01 * max((e["env_frames"] for run in members for e in run.evals), default=1) or 1
+    buckets = defaultdict(dict)
+    for index, run in enumerate(members):
+        for e in run.evals:
+            buckets[round(e["env_frames"] / scale)].setdefault(index, (e["env_frames"], e["mean"]))
+    kept = [list(points.values()) for _, points in sorted(buckets.items()) if len(points) == len(members)]
+    return ([float(np.mean([f for f, _ in points])) for points in kept],
+            [float(np.mean([m for _, m in points])) for points in kept])
+
+
 def _setting_labels(settings: list[dict]) -> tuple[list[str], str]:
     """Short legend labels for settings (``{key: value}``, the same keys in each): each
     names only the values that differ from the most common one of its key; the second
@@ -274,14 +289,9 @@ def _plot_settings(task: str, groups: list[tuple[str, list[RunRecord]]], path: P
     labels, common = _setting_labels([{k: _setting(members[0].config.get(k)) for k in keys} for _, members in groups])
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for (_, members), label in zip(groups, labels):
-        by_frames = defaultdict(list)
-        for run in members:
-            for e in run.evals:
-                by_frames[e["env_frames"]].append(e["mean"])
-        xs = sorted(f for f, v in by_frames.items() if len(v) == len(members))
+        xs, ys = _mean_curve(members)
         seeds = f"{len(members)} seed{'s' if len(members) > 1 else ''}"
-        ax.plot(xs, [float(np.mean(by_frames[x])) for x in xs], marker=".",
-                label=textwrap.fill(f"{label} ({seeds})", 110))
+        ax.plot(xs, ys, marker=".", label=textwrap.fill(f"{label} ({seeds})", 110))
     ax.set_xlabel("env frames")
     ax.set_ylabel("evaluation return (mean over seeds)")
     ax.set_title(f"{task}: settings side by side")
