@@ -229,17 +229,14 @@ def _plot_returns(task: str, runs: list[RunRecord], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    by_frames = defaultdict(list)
     for run in runs:
-        frames = [e["env_frames"] for e in run.evals]
-        means = [e["mean"] for e in run.evals]
-        ax.plot(frames, means, alpha=0.35 if len(runs) > 1 else 1.0, marker=".", label=f"seed {run.seed}")
-        for f, m in zip(frames, means):
-            by_frames[f].append(m)
+        ax.plot([e["env_frames"] for e in run.evals], [e["mean"] for e in run.evals],
+                alpha=0.35 if len(runs) > 1 else 1.0, marker=".", label=f"seed {run.seed}")
     if len(runs) > 1:
-        xs = sorted(f for f, v in by_frames.items() if len(v) == len(runs))  # points every seed evaluated
-        if xs:
-            stats = [bootstrap_ci([by_frames[x]], lambda s: s[0].mean()) for x in xs]
+        points = _aligned_evals(runs)
+        if points:
+            xs = [f for f, _ in points]
+            stats = [bootstrap_ci([means], lambda s: s[0].mean()) for _, means in points]
             ax.plot(xs, [s[0] for s in stats], color="black", label="mean")
             ax.fill_between(xs, [s[1] for s in stats], [s[2] for s in stats], color="black", alpha=0.15,
                             label=f"{CONFIDENCE:.0%} CI")
@@ -252,19 +249,18 @@ def _plot_returns(task: str, runs: list[RunRecord], path: Path) -> None:
     plt.close(fig)
 
 
-def _mean_curve(members) -> tuple[list[float], list[float]]:
-    """The seeds' evaluations averaged point by point.  Evaluations of one schedule land a
-    few frames apart in different seeds (an evaluation waits for the decision that crosses
-    its frame count), so points within 1% of the longest run's frames count as one; a point
-    is kept where every seed has one."""
-    scale = 0.01 * max((e["env_frames"] for run in members for e in run.evals), default=1) or 1
+def _aligned_evals(runs) -> list[tuple[float, list[float]]]:
+    """The seeds' evaluations point by point: ``(env frames, [each seed's mean])``, where
+    every seed has one.  Evaluations of one schedule land a few frames apart in different
+    seeds (an evaluation waits for the decision that crosses its frame count), so points
+    within 1% of the longest run's frames count as one, at their mean frame count."""
+    scale = 0.01 * max((e["env_frames"] for run in runs for e in run.evals), default=1) or 1
     buckets = defaultdict(dict)
-    for index, run in enumerate(members):
+    for index, run in enumerate(runs):
         for e in run.evals:
             buckets[round(e["env_frames"] / scale)].setdefault(index, (e["env_frames"], e["mean"]))
-    kept = [list(points.values()) for _, points in sorted(buckets.items()) if len(points) == len(members)]
-    return ([float(np.mean([f for f, _ in points])) for points in kept],
-            [float(np.mean([m for _, m in points])) for points in kept])
+    return [(float(np.mean([f for f, _ in points.values()])), [m for _, m in points.values()])
+            for _, points in sorted(buckets.items()) if len(points) == len(runs)]
 
 
 def _setting_labels(settings: list[dict]) -> tuple[list[str], str]:
@@ -278,8 +274,8 @@ def _setting_labels(settings: list[dict]) -> tuple[list[str], str]:
 
 
 def _plot_settings(task: str, groups: list[tuple[str, list[RunRecord]]], path: Path) -> None:
-    """One curve per setting of a task (the mean over its seeds at the env frames every
-    seed evaluated), side by side; the legend below the axes names what each changes."""
+    """One curve per setting of a task (the mean over its seeds at the evaluations every
+    seed has, :func:`_aligned_evals`), side by side; the legend below the axes names what each changes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -289,7 +285,8 @@ def _plot_settings(task: str, groups: list[tuple[str, list[RunRecord]]], path: P
     labels, common = _setting_labels([{k: _setting(members[0].config.get(k)) for k in keys} for _, members in groups])
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for (_, members), label in zip(groups, labels):
-        xs, ys = _mean_curve(members)
+        points = _aligned_evals(members)
+        xs, ys = [f for f, _ in points], [float(np.mean(means)) for _, means in points]
         seeds = f"{len(members)} seed{'s' if len(members) > 1 else ''}"
         ax.plot(xs, ys, marker=".", label=textwrap.fill(f"{label} ({seeds})", 110))
     ax.set_xlabel("env frames")

@@ -350,13 +350,16 @@ def test_seeds_whose_evaluations_land_a_few_frames_apart_average_point_by_point(
     """Seed 0 evaluates at 50,004 frames, seed 1 at 50,002: one point of the mean curve."""
     from types import SimpleNamespace
 
-    from ez_robot.report import _mean_curve
+    from ez_robot.report import _aligned_evals
 
     runs = [SimpleNamespace(evals=[dict(env_frames=f, mean=m) for f, m in points]) for points in
             ([(10_002, 10.0), (50_004, 30.0), (100_000, 50.0)],
              [(10_000, 20.0), (50_002, 40.0), (100_000, 70.0)],
              [(9_998, 30.0), (50_000, 50.0), (100_002, 90.0)])]
-    xs, ys = _mean_curve(runs)
-    assert xs == [10_000.0, 50_002.0, 100_000 + 2 / 3] and ys == [20.0, 40.0, 70.0]
-    xs, ys = _mean_curve(runs + [SimpleNamespace(evals=[dict(env_frames=10_001, mean=0.0)])])
-    assert xs == [10_000.25] and ys == [15.0]  # only where every seed has a point
+    points = _aligned_evals(runs)
+    assert [f for f, _ in points] == [10_000.0, 50_002.0, 100_000 + 2 / 3]
+    assert [float(np.mean(means)) for _, means in points] == [20.0, 40.0, 70.0]
+    assert [sorted(means) for _, means in points] == [[10.0, 20.0, 30.0], [30.0, 40.0, 50.0], [50.0, 70.0, 90.0]]
+    points = _aligned_evals(runs + [SimpleNamespace(evals=[dict(env_frames=10_001, mean=0.0)])])
+    assert [f for f, _ in points] == [10_000.25]  # only where every seed has a point
+    assert float(np.mean(points[0][1])) == 15.0
