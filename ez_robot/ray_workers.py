@@ -370,8 +370,8 @@ class LearnerWorker:
             with self.stopwatch("learner"):
                 metrics, priorities = self.learner.step(prepared.context, prepared.targets, prepared.weights)
             self.replay.update_priorities.remote(prepared.segment_ids, prepared.positions, priorities)
+            self._publish()  # before the step count: a sweep that sees the count has the target of it
             self.storage.set_train_steps.remote(self.train_steps)
-            self._publish()
             if self.buffer and self.sweeper is not None:
                 with self.stopwatch("reanalyze.sweep"):
                     self.sweeper.step(_RemoteReplay(self.replay), self.learner.versions["target"], self.train_steps)

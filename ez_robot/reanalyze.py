@@ -146,7 +146,12 @@ def sweep_round(config, target_version: int, train_steps: int) -> int:
     if r.staleness >= 1:
         return target_version - (r.staleness - 1) * interval
     every = max(interval // r.sweeps_per_target, 1)
-    return target_version + max(train_steps - target_version, 0) // every * every
+    # On Ray a worker can read the learner's step count before the target network of that
+    # step is published (train_steps a period or more past target_version).  The round
+    # stays inside the period of the target it searches with: a round past it would mark
+    # results of the old target as the new one's round, and batches would search them again.
+    into_period = min(max(train_steps - target_version, 0), interval - 1)
+    return target_version + into_period // every * every
 
 
 def reanalyze_search_config(config) -> SearchConfig:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ez_robot.config import load_config
-from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze, search_segments
+from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze, search_segments, sweep_round
 from ez_robot.replay import ReplayBuffer
 from ez_robot.targets import prepare_context
 from tests.test_core import ACTIONS, mdp_segment
@@ -116,6 +116,29 @@ def test_with_staleness_0_the_sweep_completes_at_once_and_says_so():
     assert sweeper.step(replay, target_version=10, train_steps=10) == 4 * (replay.segments[0].num_moves + 1)
     assert sweeper.step(replay, target_version=10, train_steps=10) == 0 and replay.swept_round == 10
     assert fresh_from(config, 10, replay.swept_round) == 10  # batches read the current target's results
+
+
+def test_a_step_count_seen_before_its_target_network_keeps_the_old_targets_round():
+    """On Ray a sweeping worker can read the learner's step count of a new target period
+    before that period's target network reaches the storage, and searches with the old
+    one.  Those results belong to the old target's round: marked as the new round, they
+    completed it, batches refused them (older than the new target) and the learner searched
+    them again for a whole period (seen on a GPU pixel run: half of every batch's roots)."""
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE + ["train.target_update_interval=200"])
+    assert [sweep_round(config, 0, steps) for steps in (0, 199, 200, 450)] == [0, 0, 0, 0]
+    assert sweep_round(config, 200, 200) == 200
+    four = load_config("gym:CartPole-v1", overrides=["train.target_update_interval=200",
+                                                      "reanalyze.sweeps_per_target=4"])
+    assert [sweep_round(four, 0, steps) for steps in (0, 49, 50, 199, 200, 260)] == [0, 0, 50, 150, 150, 150]
+    replay = filled_replay(config, segments=3)
+    sweeper = Sweeper(config, ToyInference(ACTIONS), config.search, np.random.default_rng(0))
+    sweeper.step(replay, target_version=0, train_steps=200)  # the new step count, the old target
+    assert replay.swept_round == 0 and all(s.search.version == 0 for s in replay.segments)
+    assert fresh_from(config, 200, replay.swept_round) == 0  # the new round runs: the old results serve
+    assert targets_for(config, replay, fresh_from(config, 200, replay.swept_round)).num_searches == 0
+    per_segment = replay.segments[0].num_moves + 1
+    assert sweeper.step(replay, target_version=200, train_steps=200) == 3 * per_segment  # then the new round
+    assert replay.swept_round == 200 and fresh_from(config, 200, replay.swept_round) == 200
 
 
 def test_sweepers_side_by_side_share_the_segments_and_the_round_completes_when_all_are_stored():
