@@ -242,7 +242,7 @@ def _plot_returns(task: str, runs: list[RunRecord], path: Path) -> None:
                             label=f"{CONFIDENCE:.0%} CI")
     ax.set_xlabel("env frames")
     ax.set_ylabel("evaluation return")
-    ax.set_title(task)
+    ax.set_title(textwrap.fill(task, 70), fontsize="small" if len(task) > 70 else None)  # long settings wrap
     ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -314,7 +314,7 @@ def _plot_losses(task: str, runs: list[RunRecord], path: Path) -> None:
         ax.set_xlabel("env frames", fontsize="small")
         ax.tick_params(labelsize="x-small")
     axes[0].legend(fontsize="x-small")
-    fig.suptitle(task)
+    fig.suptitle(textwrap.fill(task, 170), fontsize="small" if len(task) > 170 else None)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
