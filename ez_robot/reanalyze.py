@@ -146,10 +146,10 @@ def sweep_round(config, target_version: int, train_steps: int) -> int:
     if r.staleness >= 1:
         return target_version - (r.staleness - 1) * interval
     every = max(interval // r.sweeps_per_target, 1)
-    # On Ray a worker can read the learner's step count before the target network of that
-    # step is published (train_steps a period or more past target_version).  The round
-    # stays inside the period of the target it searches with: a round past it would mark
-    # results of the old target as the new one's round, and batches would search them again.
+    # The round stays inside the period of the target network the results come from, whatever
+    # step count comes with it: on Ray a step count that reached the storage before its target
+    # network (a period or more past target_version) once labelled old-network results with the
+    # new round, which then counted as complete, and batches searched those results again.
     into_period = min(max(train_steps - target_version, 0), interval - 1)
     return target_version + into_period // every * every
 

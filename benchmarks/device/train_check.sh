@@ -20,8 +20,8 @@ sleep "$seconds"; kill -TERM "$pid" 2>/dev/null; wait "$pid"
 cp "$run/metrics.jsonl" "$run/config.yaml" "$out/" 2>/dev/null
 tail -3 "$out/train.log"
 python3 - "$out/metrics.jsonl" <<'PY'
-import json, sys
-records = [json.loads(line) for line in open(sys.argv[1])] if open(sys.argv[1]).read(1) else []
+import json, os, sys
+records = [json.loads(line) for line in open(sys.argv[1])] if os.path.exists(sys.argv[1]) else []
 start = records[0]["time"] if records else 0.0
 for r in records:
     if r["kind"] == "eval":
