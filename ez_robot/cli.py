@@ -99,8 +99,12 @@ def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanaly
             else "no checkpoint was written before it"
         raise click.ClickException(f"training diverged: {error}; {place} (a lower train.lr may help)") from None
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; the checkpoint in {session.run_dir} resumes it: ez-robot train --resume "
-                   f"{session.run_dir}", err=True)
+        if checkpoint_path(session.run_dir).exists():
+            click.echo(f"\ninterrupted; the checkpoint in {session.run_dir} resumes it: ez-robot train --resume "
+                       f"{session.run_dir}", err=True)
+        else:
+            click.echo(f"\ninterrupted before the first checkpoint; nothing to resume in {session.run_dir}",
+                       err=True)
         raise SystemExit(130) from None
 
 

@@ -57,16 +57,16 @@ def train(config: Config, run_dir: Path | str, *, workers: int = 1, reanalyze_wo
     if gpus is None:
         gpus = torch.cuda.device_count() if resolve_device(device).type == "cuda" else 0
     started = init_ray(address)
-    try:
-        if reanalyze_workers is None:
-            reanalyze_workers = default_reanalyze_workers()
-        placement = Placement.plan(workers, reanalyze_workers, gpus, local=address is None)
-        if address is not None:  # a shared cluster may not have them free; an embedded Ray is sized to fit
-            placement.warn_if_short(workers, reanalyze_workers)
-        pipeline = _Pipeline(config, Path(run_dir), workers=workers, reanalyze_workers=reanalyze_workers,
-                             placement=placement, num_envs=num_envs, threads=threads, resume=resume,
-                             replay_checkpoint=replay_checkpoint, max_restarts=max_restarts)
+    try:  # SIGTERM interrupts as Ctrl-C does from here on, while the actors start too (tens of seconds)
         with interrupt_on_sigterm():
+            if reanalyze_workers is None:
+                reanalyze_workers = default_reanalyze_workers()
+            placement = Placement.plan(workers, reanalyze_workers, gpus, local=address is None)
+            if address is not None:  # a shared cluster may not have them free; an embedded Ray is sized to fit
+                placement.warn_if_short(workers, reanalyze_workers)
+            pipeline = _Pipeline(config, Path(run_dir), workers=workers, reanalyze_workers=reanalyze_workers,
+                                 placement=placement, num_envs=num_envs, threads=threads, resume=resume,
+                                 replay_checkpoint=replay_checkpoint, max_restarts=max_restarts)
             return pipeline.run(checkpoint_interval, eval_interval, eval_episodes, progress, max_seconds)
     finally:
         if started:

@@ -74,14 +74,22 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
         candidates[stored_policy] = context.searched_candidates[stored_policy]
     policy_cells = policy_cells & ~context.policy_fresh
 
-    # --- search the rest: bootstrap observations, then policy observations ---
-    roots = _bootstrap_observations(context, ref_segments, value_cells)
+    # --- search the rest: bootstrap observations, then policy observations; a cell whose
+    # bootstrap is its own observation (l = 0) takes its value from its policy search ---
+    shared = value_cells & policy_cells
+    if context.bootstrap_self is not None:
+        shared &= context.bootstrap_self
+    else:
+        shared[:] = False
+    value_only = value_cells & ~shared
+    roots = _bootstrap_observations(context, ref_segments, value_only)
     num_value_roots = len(roots)
     roots.extend(context.observations[policy_cells])
     if roots:
         out = run_search(inference, np.stack(roots), search_config.replace(temperature=1.0), rng,
                          max_batch=max_search_batch)
-        values[value_cells] = out.root_values[:num_value_roots]
+        values[value_only] = out.root_values[:num_value_roots]
+        values[shared] = out.root_values[num_value_roots:][shared[policy_cells]]
         policy[policy_cells] = out.policy[num_value_roots:]  # visits at T = 1, or the improved policy
         if candidates is not None:
             candidates[policy_cells] = out.candidates[num_value_roots:]

@@ -95,6 +95,9 @@ class BatchContext:
     """Sampled modes: [B, K + 1, C, D] float32 the candidates of ``stored_policies``."""
     searched_candidates: "np.ndarray | None" = None
     """Sampled modes: [B, K + 1, C, D] float32 the candidates of ``searched_policies``."""
+    bootstrap_self: "np.ndarray | None" = None
+    """[B, K + 1] bool z_{t+u} is the search value of o_{t+u} itself (l = 0): one search of
+    o_{t+u} gives both its value and its policy target."""
 
 
 def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
@@ -136,6 +139,7 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
     value_fresh = np.zeros((batch, K + 1), bool)
     searched_policies = np.zeros((batch, K + 1, num_policy), np.float32)
     policy_fresh = np.zeros((batch, K + 1), bool)
+    bootstrap_self = np.zeros((batch, K + 1), bool)
     powers = discount ** np.arange(int(horizons.max()) + 1)
 
     for b, (segment, t, l) in enumerate(zip(ref.segments, ref.positions, horizons)):
@@ -172,9 +176,10 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
             if not (terminated and pos + horizon == moves):
                 boot_index[b, u] = pos + horizon
                 boot_discount[b, u] = powers[horizon]
+                bootstrap_self[b, u] = horizon == 0
                 stored_values[b, u] = segment.root_values[pos + horizon]
                 if search is not None:
                     searched_values[b, u], value_fresh[b, u] = search.values[pos + horizon], True
     return BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
                         policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
-                        searched_policies, policy_fresh, stored_candidates, searched_candidates)
+                        searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self)

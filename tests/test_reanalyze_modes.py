@@ -75,6 +75,29 @@ def test_a_zero_horizon_target_is_the_search_value_of_the_position_itself():
     np.testing.assert_allclose(targets.value, expected, rtol=1e-6)
 
 
+def test_batch_reanalyze_searches_a_zero_horizon_cell_once_for_its_value_and_policy():
+    # l = 0 (train.value_target=mixed): the bootstrap of z_{t+u} is o_{t+u}, also a policy
+    # root; one search gives both targets, the same as two separate searches (no root noise)
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE)
+    replay, t = filled_replay(config), config.train
+    ref = replay.sample(t.batch_size, 0.4, np.random.default_rng(3))
+    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.zeros(t.batch_size, np.int64),
+                              discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
+                              num_actions=ACTIONS, rng=np.random.default_rng(4))
+    once = reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, np.random.default_rng(5),
+                     policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
+    context.bootstrap_self = None  # every bootstrap searched on its own, as before
+    twice = reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, np.random.default_rng(5),
+                      policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
+    bootstraps, policy_cells = (context.bootstrap_index >= 0).sum(), \
+        (context.mask_policy.astype(bool) & once.searched_policy[:, None]).sum()
+    shared = ((context.bootstrap_index >= 0) & context.mask_policy.astype(bool) & once.searched_policy[:, None]).sum()
+    assert shared > 50 and twice.num_searches == bootstraps + policy_cells
+    assert once.num_searches == bootstraps + policy_cells - shared
+    np.testing.assert_allclose(once.value, twice.value, rtol=1e-6)
+    np.testing.assert_array_equal(once.policy, twice.policy)
+
+
 def test_results_older_than_the_bound_are_searched_again():
     config = load_config("gym:CartPole-v1", overrides=NO_NOISE + ["reanalyze.staleness=2",
                                                                  "train.target_update_interval=100"])

@@ -137,6 +137,28 @@ def test_ctrl_c_and_sigterm_checkpoint_first_and_exit_cleanly(tmp_path, workers,
     assert load_run(run).counters == read_checkpoint(run)["counters"]
 
 
+def test_sigterm_while_the_ray_actors_start_stops_cleanly_with_nothing_to_resume(tmp_path, monkeypatch):
+    """Starting the actors takes tens of seconds on 2 cores; a SIGTERM then (a scheduler's
+    limit, ``kill``) is an interrupt like any other, and the message does not offer a
+    checkpoint that was never written."""
+    import ez_robot.ray_trainer as ray_trainer
+
+    class Starting:
+        def __init__(self, *args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler interrupts this
+            raise AssertionError("SIGTERM did not interrupt the start-up")
+
+    monkeypatch.setattr(ray_trainer, "_Pipeline", Starting)
+    run = tmp_path / "run"
+    result = CliRunner().invoke(main, ["train", "--task", "gym:CartPole-v1", "--budget", "400", "--run-dir", str(run),
+                                       "--quiet", "--workers", "1", *TINY_ARGS])
+    assert result.exit_code == 130, result.output
+    assert "interrupted before the first checkpoint; nothing to resume" in result.output
+    assert "--resume" not in result.output and not (run / "checkpoints" / "latest.json").exists()
+    assert not ray_trainer.ray.is_initialized()  # the embedded Ray was shut down
+
+
 def test_a_finished_run_extends_with_a_larger_budget(finished_run, tmp_path):
     run = copy_of(finished_run, tmp_path)
     state = read_checkpoint(run)
