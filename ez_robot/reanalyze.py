@@ -76,11 +76,8 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
 
     # --- search the rest: bootstrap observations, then policy observations; a cell whose
     # bootstrap is its own observation (l = 0) takes its value from its policy search ---
-    shared = value_cells & policy_cells
-    if context.bootstrap_self is not None:
-        shared &= context.bootstrap_self
-    else:
-        shared[:] = False
+    own = context.bootstrap_self if context.bootstrap_self is not None else False
+    shared = value_cells & policy_cells & own
     value_only = value_cells & ~shared
     roots = _bootstrap_observations(context, ref_segments, value_only)
     num_value_roots = len(roots)
