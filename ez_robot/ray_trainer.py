@@ -250,7 +250,12 @@ class _Pipeline:
         if c.agent_steps >= c.next_eval and c.agent_steps < self.config.agent_steps_budget:
             self.evals[self._evaluate()] = (c.next_eval, c.at(train_steps=self.learner_steps))
             c.next_eval = (c.agent_steps // self.eval_interval + 1) * self.eval_interval
-        for ref in [r for r in self.evals if ray.wait([r], timeout=0)[0]]:
+        # logged in the order they were started: one that finishes before an earlier one waits
+        # for it, so the curve's steps only grow and a checkpoint's pending evaluation (the
+        # earliest one still running) comes after every one logged before it
+        for ref in list(self.evals):
+            if not ray.wait([ref], timeout=0)[0]:
+                break
             self._log_eval(ref)
 
     def _evaluate(self):

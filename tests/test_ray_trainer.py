@@ -151,6 +151,36 @@ def test_the_embedded_ray_serves_no_dashboard(local_ray):
     assert os.environ["RAY_USAGE_STATS_ENABLED"] == "0"
 
 
+@ray.remote
+def _evaluation_result(seconds_to_take: float, mean: float) -> dict:
+    time.sleep(seconds_to_take)
+    return {"seconds": seconds_to_take, "mean": mean}
+
+
+def test_evaluations_are_logged_in_the_order_they_were_started(local_ray):
+    """Evaluations run as remote tasks and can finish out of order; the log keeps the order
+    they were started in (a later one waits for the earlier one), so an evaluation logged
+    before a checkpoint never comes from after the one that checkpoint still has pending."""
+    from types import SimpleNamespace
+
+    from ez_robot.ray_trainer import _Pipeline
+
+    logged = []
+    pipeline = object.__new__(_Pipeline)
+    pipeline.counters = SimpleNamespace(agent_steps=100, next_eval=120)  # no new evaluation is due
+    pipeline.files = SimpleNamespace(log=lambda kind, counters, **values: logged.append((counters, values["mean"])))
+    pipeline.seconds = {"evaluation": 0.0}
+    slow, fast = _evaluation_result.remote(1.5, 1.0), _evaluation_result.remote(0.0, 2.0)
+    pipeline.evals = {slow: (40, "started at 45"), fast: (80, "started at 96")}
+    ray.wait([fast], timeout=30)
+    pipeline._evaluations()
+    assert logged == [] and len(pipeline.evals) == 2  # the later one is done, the earlier one is not
+    ray.wait([slow], timeout=30)
+    pipeline._evaluations()
+    assert logged == [("started at 45", 1.0), ("started at 96", 2.0)] and not pipeline.evals
+    assert pipeline.seconds["evaluation"] == 1.5
+
+
 def test_the_learner_trains_only_on_what_self_play_has_played():
     """Self-play is granted its decisions before it plays them (8 per request, two
     requests ahead).  The learner's ratio counts the decisions played and reported, never
