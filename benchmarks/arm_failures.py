@@ -69,8 +69,10 @@ def main() -> None:
           f"{(failed[:, 3] < radius_m).sum()} (ending {radius_m * 1000:.0f}-60 mm away: "
           f"{((failed[:, 4] >= radius_m) & (failed[:, 4] < 0.06)).sum()}, farther: {(failed[:, 4] >= 0.06).sum()}); "
           f"never reached it: {(failed[:, 3] >= radius_m).sum()}")
-    near = radius < NEAR_BASE
-    for name, mask in ((f"targets nearer than {NEAR_BASE} m", near), ("the others", ~near)):
+    near, clockwise = radius < NEAR_BASE, rows[:, 1] < 0
+    for name, mask in ((f"targets nearer than {NEAR_BASE} m", near), ("the others", ~near),
+                       ("targets clockwise of +x (angle < 0; the fingertip starts near +41 deg)", clockwise),
+                       ("targets counter-clockwise of +x (angle >= 0)", ~clockwise)):
         if mask.any():
             print(f"{name}: {mask.sum()} episodes, {solved[mask].mean():.0%} solved")
 
