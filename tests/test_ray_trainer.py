@@ -152,12 +152,14 @@ def test_the_embedded_ray_serves_no_dashboard(local_ray):
 
 
 @ray.remote
-def _evaluation_result(seconds_to_take: float, mean: float) -> dict:
-    time.sleep(seconds_to_take)
-    return {"seconds": seconds_to_take, "mean": mean}
+def _evaluation_result(mean: float, wait_for: str | None = None) -> dict:
+    """An evaluation's result; with wait_for, only once that file exists (no timing involved)."""
+    while wait_for is not None and not os.path.exists(wait_for):
+        time.sleep(0.02)
+    return {"seconds": 0.5, "mean": mean}
 
 
-def test_evaluations_are_logged_in_the_order_they_were_started(local_ray):
+def test_evaluations_are_logged_in_the_order_they_were_started(local_ray, tmp_path):
     """Evaluations run as remote tasks and can finish out of order; the log keeps the order
     they were started in (a later one waits for the earlier one), so an evaluation logged
     before a checkpoint never comes from after the one that checkpoint still has pending."""
@@ -170,15 +172,17 @@ def test_evaluations_are_logged_in_the_order_they_were_started(local_ray):
     pipeline.counters = SimpleNamespace(agent_steps=100, next_eval=120)  # no new evaluation is due
     pipeline.files = SimpleNamespace(log=lambda kind, counters, **values: logged.append((counters, values["mean"])))
     pipeline.seconds = {"evaluation": 0.0}
-    slow, fast = _evaluation_result.remote(1.5, 1.0), _evaluation_result.remote(0.0, 2.0)
-    pipeline.evals = {slow: (40, "started at 45"), fast: (80, "started at 96")}
-    ray.wait([fast], timeout=30)
+    release = tmp_path / "release"
+    earlier, later = _evaluation_result.remote(1.0, str(release)), _evaluation_result.remote(2.0)
+    pipeline.evals = {earlier: (40, "started at 45"), later: (80, "started at 96")}
+    assert ray.wait([later], timeout=60)[0]
     pipeline._evaluations()
     assert logged == [] and len(pipeline.evals) == 2  # the later one is done, the earlier one is not
-    ray.wait([slow], timeout=30)
+    release.touch()
+    assert ray.wait([earlier], timeout=60)[0]
     pipeline._evaluations()
     assert logged == [("started at 45", 1.0), ("started at 96", 2.0)] and not pipeline.evals
-    assert pipeline.seconds["evaluation"] == 1.5
+    assert pipeline.seconds["evaluation"] == 1.0
 
 
 def test_the_learner_trains_only_on_what_self_play_has_played():

@@ -208,17 +208,18 @@ def test_a_deadline_stops_the_search_early_and_says_how_far_it_got():
     full = search(root, model, config, np.random.default_rng(0), deadline=time.perf_counter() + 60)
     assert (full.simulations == 50).all() and (full.visit_counts.sum(axis=1) == 50).all()
 
-    calls = []
+    calls, now = [], [1000.0]  # a clock that moves 10 ms per model call, whatever this machine's speed
 
     def slow_model(hidden, actions, reset_mask):
         calls.append(1)
-        time.sleep(0.01)
+        now[0] += 0.010
         return model(hidden, actions, reset_mask)
 
-    out = search(root, slow_model, config, np.random.default_rng(0), deadline=time.perf_counter() + 0.035)
-    ran = int(out.simulations[0])
-    assert 1 <= ran < 50 and ran == len(calls)
-    np.testing.assert_array_equal(out.visit_counts.sum(axis=1), [ran, ran])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(time, "perf_counter", lambda: now[0])
+        out = search(root, slow_model, config, np.random.default_rng(0), deadline=now[0] + 0.035)
+    assert (out.simulations == 4).all() and len(calls) == 4  # the fourth starts at 30 ms, before the deadline
+    np.testing.assert_array_equal(out.visit_counts.sum(axis=1), [4, 4])
 
     late = search(root, model, config, np.random.default_rng(0), deadline=time.perf_counter() - 1)
     assert (late.simulations == 0).all() and (late.visit_counts == 0).all()
