@@ -194,10 +194,37 @@ def _setting(value) -> str:
     return "(unset)" if value is None else str(value)
 
 
+@functools.cache
+def _factory_default(task: str, argument: str):
+    """The default of a custom task's factory ``argument``; None where the task is not a
+    custom one, its factory does not load here, or the argument has no default."""
+    import inspect
+
+    from ez_robot.envs import is_custom_task
+    from ez_robot.envs.custom import load_factory
+
+    if not is_custom_task(task):
+        return None
+    try:
+        parameter = inspect.signature(load_factory(task)).parameters.get(argument)
+    except Exception:  # noqa: BLE001 - a factory that moved or fails to import: no default known
+        return None
+    return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+
+
+def _value(run: RunRecord, key: str):
+    """A run's setting ``key``; a factory argument the run did not set counts as the
+    factory's default (``to_target`` unset and ``to_target=true`` are one setting when
+    true is the default)."""
+    if key in run.config or not key.startswith("env.kwargs."):
+        return run.config.get(key)
+    return _factory_default(run.config.get("env.task", ""), key.removeprefix("env.kwargs."))
+
+
 def _differing_keys(runs: list[RunRecord]) -> list[str]:
     """The config keys, sorted, in which ``runs`` differ (the seed and task aside)."""
     keys = sorted({key for run in runs for key in run.config} - set(NOT_SETTINGS))
-    return [k for k in keys if len({repr(run.config.get(k)) for run in runs}) > 1]
+    return [k for k in keys if len({repr(_value(run, k)) for run in runs}) > 1]
 
 
 def group_runs(runs: list[RunRecord]) -> list[tuple[str, str, list[RunRecord]]]:
@@ -216,7 +243,7 @@ def group_runs(runs: list[RunRecord]) -> list[tuple[str, str, list[RunRecord]]]:
         differing = _differing_keys(task_runs)
         by_setting: dict[str, list[RunRecord]] = defaultdict(list)
         for run in task_runs:
-            by_setting[", ".join(f"{k}={_setting(run.config.get(k))}" for k in differing)].append(run)
+            by_setting[", ".join(f"{k}={_setting(_value(run, k))}" for k in differing)].append(run)
         for setting, members in sorted(by_setting.items()):
             groups.append((task, setting, sorted(members, key=lambda r: r.seed)))
     return groups

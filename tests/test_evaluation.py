@@ -273,6 +273,22 @@ def test_report_names_a_factory_argument_by_its_key(tmp_path, tiny_run):
                                                            "env.kwargs.action_cost=0.1"]
 
 
+def test_report_counts_an_unset_factory_argument_as_the_factorys_default(tmp_path, tiny_run):
+    """A run that left a factory argument out and one that set it to the factory's default
+    used the same env: one setting, not "(unset)" beside "true"."""
+    from ez_robot.report import group_runs, read_run
+
+    factory = tmp_path / "my_robot.py"
+    factory.write_text("def make(flag=True, scale: float = 1.0):\n    raise AssertionError('not called')\n")
+    task = f"{factory}:make"
+    runs = [_copy_run(tiny_run, tmp_path / name, lambda c, kwargs=kwargs, seed=seed: (
+                c["env"].update(task=task, kwargs=kwargs), c.update(seed=seed)))
+            for name, kwargs, seed in [("unset", {}, 0), ("explicit", {"flag": True}, 1), ("off", {"flag": False}, 2)]]
+    groups = group_runs([read_run(run) for run in runs])
+    assert [(setting, [r.seed for r in members]) for _, setting, members in groups] == [
+        ("env.kwargs.flag=false", [2]), ("env.kwargs.flag=true", [0, 1])]
+
+
 def test_report_pools_a_factory_file_trained_from_two_places(tmp_path, tiny_run):
     """A run stores its factory file's absolute path; the same file from another checkout or
     machine is the same task, and the path is not a setting."""
