@@ -8,6 +8,9 @@ and records, per episode, the target (distance from the base, angle from +x), th
 fingertip's closest approach and final distance, and the decisions spent on the target.
 ``--set`` changes a search setting at evaluation only: if more simulations or candidates
 rescue the failures, the search is short; if not, the learned model or value is.
+Its success count can differ from ``ez-robot eval``'s on the same seeds by a few episodes:
+eval plays every episode in one batch drawing candidates from one generator, this script
+one episode at a time from the agent's, so the sampled candidates (not the targets) differ.
 """
 from __future__ import annotations
 
