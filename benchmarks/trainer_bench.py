@@ -39,6 +39,7 @@ from ez_robot.checkpoint import ReplayFiles, read_checkpoint
 from ez_robot.config import load_config
 from ez_robot.device import set_threads
 from ez_robot.run_files import RunFiles
+from ez_robot.session import interrupt_on_sigterm
 
 TASKS = {
     "cartpole_swingup": ["replay.min_replay_size=100"],
@@ -153,4 +154,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        with interrupt_on_sigterm():  # `timeout` or a scheduler: one line, not Ray's traceback
+            main()
+    except KeyboardInterrupt:
+        raise SystemExit("\ntrainer_bench: stopped by a signal or Ctrl-C; the tables printed above are complete, "
+                         "the session that was running is lost") from None
