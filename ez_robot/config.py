@@ -36,6 +36,7 @@ def _check(section: str, rules: Iterable[tuple[str, bool, str]], obj) -> None:
             raise ConfigError(f"{section}.{name} must be {rule}, got {getattr(obj, name)!r}")
 
 
+STATE_BODIES = ("mlp", "residual")
 ACTION_MODES = ("auto", "joint", "factorized", "gaussian")
 
 
@@ -121,6 +122,15 @@ class ModelConfig:
     """SimSiam projector hidden width."""
     projection_out: int = 1024
     """SimSiam projector and predictor output width."""
+    state_body: str = "mlp"
+    """States: the representation and dynamics networks.  ``mlp``: two layers each, a ReLU
+    latent and the dynamics' residual link to its input state (the presets' body);
+    ``residual`` (EfficientZero V2's state model, an experiment): a tanh-bounded latent
+    refined by ``residual_blocks`` pre-norm residual blocks, and a dynamics that embeds
+    the action (64 wide) and adds pre-norm residual updates to the state."""
+    residual_blocks: int = 2
+    """States, ``state_body=residual``: pre-norm residual blocks in the representation and
+    in the dynamics (EfficientZero V2: 2)."""
     normalize_obs: bool = False
     """States: normalize observations by a running mean and std (kept in the network, so
     checkpoints and exported graphs take raw sensor values); updated from the data the
@@ -129,8 +139,9 @@ class ModelConfig:
     def __post_init__(self):
         _check("model", [(name, getattr(self, name) >= 1, ">= 1") for name in (
             "num_channels", "reduced_channels", "head_hidden", "latent_dim", "mlp_hidden", "lstm_hidden",
-            "support_size", "projection_hidden", "projection_out", "reward_support_scale")]
-               + [("reward_support_size", self.reward_support_size >= 0, ">= 0 (0: support_size)")], self)
+            "support_size", "projection_hidden", "projection_out", "reward_support_scale", "residual_blocks")]
+               + [("reward_support_size", self.reward_support_size >= 0, ">= 0 (0: support_size)"),
+                  ("state_body", self.state_body in STATE_BODIES, " or ".join(repr(b) for b in STATE_BODIES))], self)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ez_robot.config import ModelConfig
+from ez_robot.errors import ConfigError
 from ez_robot.policies import MEAN_BOUND, STD_MIN, ActionSpec
 
 __all__ = ["EfficientZeroNet", "ObservationNormalizer", "InitialOutput", "RecurrentOutput", "make_network", "value_transform",
@@ -132,6 +133,39 @@ class _ConvHead(nn.Module):
         return self.mlp(F.relu(self.bn(self.conv(x))).flatten(1))
 
 
+class _PreNormBlock(nn.Module):
+    """x + W2 relu(W1 LN(x)): a residual block with its normalization in front (Xiong et
+    al., 2020), so the identity path carries the state through unchanged in scale."""
+
+    def __init__(self, width: int, hidden: int, inputs: int | None = None):
+        super().__init__()
+        inputs = inputs or width
+        self.norm, self.inner, self.outer = nn.LayerNorm(inputs), nn.Linear(inputs, hidden), nn.Linear(hidden, width)
+
+    def forward(self, x: torch.Tensor, update_of: torch.Tensor | None = None) -> torch.Tensor:
+        """``update_of``: the state the update adds to, when the block reads more than it
+        (the dynamics' first block reads the state and the action embedding)."""
+        return (x if update_of is None else update_of) + self.outer(F.relu(self.inner(self.norm(x))))
+
+
+class _ResidualDynamics(nn.Module):
+    """EfficientZero V2's state dynamics: the action through a 64-wide embedding (linear,
+    LayerNorm, ReLU), one pre-norm block that reads state and embedding and updates the
+    state, then ``blocks - 1`` pre-norm blocks on the state alone."""
+
+    EMBEDDING = 64
+
+    def __init__(self, latent: int, hidden: int, action_inputs: int, blocks: int):
+        super().__init__()
+        self.embed = nn.Sequential(nn.Linear(action_inputs, self.EMBEDDING), nn.LayerNorm(self.EMBEDDING), nn.ReLU())
+        self.first = _PreNormBlock(latent, hidden, inputs=latent + self.EMBEDDING)
+        self.blocks = nn.Sequential(*[_PreNormBlock(latent, hidden) for _ in range(blocks - 1)])
+
+    def forward(self, hidden: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        state = self.first(torch.cat([hidden, self.embed(action)], dim=1), update_of=hidden)
+        return self.blocks(state)
+
+
 class InitialOutput(NamedTuple):
     hidden: torch.Tensor          # [B, *hidden_shape]
     value_logits: torch.Tensor    # [B, 2S + 1]
@@ -222,6 +256,10 @@ class EfficientZeroNet(nn.Module):
         self.predictor = _mlp([config.projection_out, config.projection_hidden, config.projection_out])
 
     def _build_pixels(self, c: ModelConfig, bins: int) -> None:
+        if c.state_body != "mlp":
+            raise ConfigError(f"model.state_body={c.state_body!r} is for state observations; pixels use the "
+                              "paper's ResNet (leave model.state_body at 'mlp')")
+        self.residual_body = False
         channels, height, width = self.obs_shape
         ch = c.num_channels
         self.representation = nn.Sequential(
@@ -260,8 +298,18 @@ class EfficientZeroNet(nn.Module):
         # LayerNorm has no train/eval difference.  (The pixel ResNet keeps the paper's BN.)
         ln = nn.LayerNorm
         self.normalizer = ObservationNormalizer(dims) if c.normalize_obs else None
-        self.representation = nn.Sequential(_mlp([dims, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln), nn.ReLU())
-        self.dynamics_mlp = _mlp([c.latent_dim + self.action_inputs, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln)
+        self.residual_body = c.state_body == "residual"
+        if self.residual_body:
+            self.representation = nn.Sequential(
+                nn.Linear(dims, c.latent_dim), ln(c.latent_dim), nn.Tanh(),
+                *[_PreNormBlock(c.latent_dim, c.mlp_hidden) for _ in range(c.residual_blocks)])
+            self.dynamics_residual = _ResidualDynamics(c.latent_dim, c.mlp_hidden, self.action_inputs,
+                                                       c.residual_blocks)
+        else:
+            self.representation = nn.Sequential(_mlp([dims, c.mlp_hidden, c.latent_dim], last_bn=True, norm=ln),
+                                                nn.ReLU())
+            self.dynamics_mlp = _mlp([c.latent_dim + self.action_inputs, c.mlp_hidden, c.latent_dim], last_bn=True,
+                                     norm=ln)
         self.reward_conv = nn.Identity()
         self.value_head = _mlp([c.latent_dim, c.head_hidden, bins], zero_last=True, norm=ln)
         self.policy_head = _mlp([c.latent_dim, c.head_hidden, self.policy_size], zero_last=True, norm=ln)
@@ -320,6 +368,8 @@ class EfficientZeroNet(nn.Module):
             x = self.dynamics_bn(self.dynamics_conv(torch.cat([hidden, planes], dim=1)))
             return self.dynamics_block(F.relu(x + hidden))
         encoded = action.float() if sampled else F.one_hot(action.long(), self.num_actions).float()
+        if self.residual_body:
+            return self.dynamics_residual(hidden, encoded)
         x = self.dynamics_mlp(torch.cat([hidden, encoded], dim=1))
         return F.relu(x + hidden)
 
@@ -331,7 +381,8 @@ class EfficientZeroNet(nn.Module):
 
 def make_network(obs_shape: tuple, action: ActionSpec | int, config: ModelConfig, *, value_prefix: bool = True
                  ) -> EfficientZeroNet:
-    """Pixel observations ([C, H, W]) get the paper's ResNet; states ([D]) the MLP.
+    """Pixel observations ([C, H, W]) get the paper's ResNet; states ([D]) the MLP, or with
+    ``model.state_body=residual`` EfficientZero V2's pre-norm residual body.
 
     The MLP sizes (``mlp_hidden`` 256, ``latent_dim`` 128 by default; the DMC-state preset
     may lower them) keep one dynamics step cheap enough for 50-simulation searches of

@@ -119,3 +119,43 @@ def test_projection_shapes_and_eval_determinism():
 def test_bad_observation_shape():
     with pytest.raises(ValueError, match=r"observations must be \[D\] states or \[C, H, W\] pixels"):
         make_network((4, 4), 3, SMALL)
+
+
+def test_residual_state_body_unrolls_trains_and_reads_the_action():
+    config = dataclasses.replace(SMALL, state_body="residual", residual_blocks=2)
+    torch.manual_seed(0)
+    net = make_network((5,), 4, config).train()
+    assert not hasattr(net, "dynamics_mlp")
+    obs = torch.randn(4, 5)
+    out = net.initial_inference(obs)
+    assert out.hidden.shape == (4, 16)
+    # the latent starts tanh-bounded; the blocks add updates to it
+    assert net.representation[2](net.representation[1](net.representation[0](obs))).abs().max() <= 1
+    hidden, state = out.hidden, net.initial_lstm_state(4)
+    for _ in range(3):
+        step = net.recurrent_inference(hidden, state, torch.tensor([0, 1, 2, 3]))
+        hidden, state = step.hidden, step.lstm_state
+    torch.nn.init.normal_(net.reward_head[-1].weight)
+    net.recurrent_inference(hidden, state, torch.tensor([0, 1, 2, 3])).value_prefix_logits.sum().backward()
+    untouched = [name for name, p in net.named_parameters()
+                 if name.startswith(("representation", "dynamics_residual")) and (p.grad is None or not p.grad.any())]
+    assert untouched == []
+    with torch.no_grad():  # the next state depends on the action taken
+        same = net.initial_inference(obs[:1].repeat(4, 1)).hidden
+        after = net.dynamics(same, torch.tensor([0, 1, 2, 3]))
+    assert torch.cdist(after, after).triu(1)[torch.triu(torch.ones(4, 4), 1).bool()].min() > 1e-4
+
+
+def test_residual_state_body_takes_action_vectors_and_refuses_pixels():
+    from ez_robot.errors import ConfigError
+    from ez_robot.policies import ActionSpec
+
+    config = dataclasses.replace(SMALL, state_body="residual")
+    net = make_network((5,), ActionSpec("gaussian", dims=3), config).eval()
+    with torch.no_grad():
+        hidden = net.initial_inference(torch.randn(2, 5)).hidden
+        assert net.dynamics(hidden, torch.tensor([[0.5, -1.0, 0.0], [1.0, 1.0, -0.2]])).shape == (2, 16)
+    with pytest.raises(ConfigError, match="state_body='residual' is for state observations"):
+        make_network((3, 32, 32), 4, config)
+    with pytest.raises(ConfigError, match="model.state_body must be 'mlp' or 'residual', got 'resnet'"):
+        ModelConfig(state_body="resnet")
