@@ -1,12 +1,16 @@
 """Network inference benchmark: the two entry points the search calls.
 
-    python benchmarks/inference_bench.py [--threads 1] [--device cpu] [--models state classic atari]
+    python benchmarks/inference_bench.py [--threads 1] [--device cpu] [--models state classic atari walker]
+                                         [--set model.state_body=residual ...]
 
 ``initial_inference`` and ``recurrent_inference`` (+ support -> scalar, as
 ``TorchInference`` does), eval mode, no grad, for the DMC-state MLP (cartpole_swingup
-preset, 5 actions), the classic MLP (gym:CartPole-v1 preset, 2 actions) and the Atari
-ResNet (96x96x12, 18 actions), at the batch sizes self-play (1, 16) and reanalyze (256,
-410: one buffer-sweep segment, 1024) use.  Each also through onnxruntime (the graphs
+preset, 5 actions), the classic MLP (gym:CartPole-v1 preset, 2 actions), the Atari
+ResNet (96x96x12, 18 actions) and, on request, walker_walk's state network (24 features,
+gaussian actions over 6 joints: the recurrent call takes action vectors), at the batch
+sizes self-play (1, 16) and reanalyze (256, 410: one buffer-sweep segment, 1024) use.
+``--set`` applies config overrides to every model, as ``ez-robot train --set`` does
+(e.g. ``model.state_body=residual`` for EfficientZero V2's residual state body).  Each also through onnxruntime (the graphs
 ``ez-robot export`` writes, one intra-op thread), on CPU.  Median of repeated calls;
 rows/s is batch / time.
 """
@@ -19,6 +23,7 @@ import torch
 from ez_robot.config import load_config
 from ez_robot.inference import TorchInference
 from ez_robot.networks import make_network
+from ez_robot.policies import ActionSpec
 
 
 def median_ms(fn, seconds: float = 2.0):
@@ -46,24 +51,29 @@ def onnx_inference(net):
         options = session_options("latency")
         sessions = [ort.InferenceSession(str(Path(tmp) / name), options, providers=["CPUExecutionProvider"])
                     for name in ("initial.onnx", "recurrent.onnx")]
-    return Networks(*sessions, net.lstm_hidden)
+    return Networks(*sessions, net.lstm_hidden, net.action_spec)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--models", nargs="+", default=["state", "classic", "atari"])
+    parser.add_argument("--models", nargs="+", default=["state", "classic", "atari"],
+                        choices=["state", "classic", "atari", "walker"])
     parser.add_argument("--seconds", type=float, default=2.0, help="timing per measurement")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for every model (repeatable)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), device {args.device}")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), device {args.device}"
+          + "".join(f", --set {o}" for o in args.overrides))
     print("| model | batch | backend | initial (ms) | recurrent (ms) | recurrent rows/s |")
     print("|---|---|---|---|---|---|")
     models = {"state": ("DMC state MLP", "cartpole_swingup", (5,), 5), "classic": ("classic MLP", "gym:CartPole-v1",
-              (4,), 2), "atari": ("Atari ResNet", "atari:Pong", (12, 96, 96), 18)}
+              (4,), 2), "atari": ("Atari ResNet", "atari:Pong", (12, 96, 96), 18),
+              "walker": ("walker_walk state (gaussian, 6 dims)", "walker_walk", (24,), ActionSpec("gaussian", dims=6))}
     for label, task, obs_shape, actions in (models[m] for m in args.models):
-        config = load_config(task)
+        config = load_config(task, overrides=args.overrides)
         net = make_network(obs_shape, actions, config.model).to(args.device).eval()
         backends = {"torch": TorchInference(net, args.device)}
         if args.device == "cpu":
@@ -76,7 +86,10 @@ def main():
                 obs = rng.integers(0, 256, (batch, *obs_shape), dtype=np.uint8)
             else:
                 obs = rng.normal(size=(batch, *obs_shape)).astype(np.float32)
-            actions_in = rng.integers(0, actions, batch).astype(np.int32)
+            if isinstance(actions, ActionSpec):
+                actions_in = rng.uniform(-1, 1, (batch, actions.dims)).astype(np.float32)
+            else:
+                actions_in = rng.integers(0, actions, batch).astype(np.int32)
             reset = np.zeros(batch, bool)
             for name, inference in backends.items():
                 root = inference.root(obs)
