@@ -10,8 +10,9 @@ ResNet (96x96x12, 18 actions) and, on request, walker_walk's state network (24 f
 gaussian actions over 6 joints: the recurrent call takes action vectors), at the batch
 sizes self-play (1, 16) and reanalyze (256, 410: one buffer-sweep segment, 1024) use.
 ``--set`` applies config overrides to every model, as ``ez-robot train --set`` does
-(e.g. ``model.state_body=residual`` for EfficientZero V2's residual state body).  Each also through onnxruntime (the graphs
-``ez-robot export`` writes, one intra-op thread), on CPU.  Median of repeated calls;
+(e.g. ``model.state_body=residual`` for EfficientZero V2's residual state body, or
+``train.value_prefix=false`` for the recurrent call without the LSTM).  Each also through
+onnxruntime (the graphs ``ez-robot export`` writes, one intra-op thread), on CPU.  Median of repeated calls;
 rows/s is batch / time.
 """
 import argparse
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from ez_robot.config import load_config
+from ez_robot.errors import ConfigError
 from ez_robot.inference import TorchInference
 from ez_robot.networks import make_network
 from ez_robot.policies import ActionSpec
@@ -73,8 +75,12 @@ def main():
               (4,), 2), "atari": ("Atari ResNet", "atari:Pong", (12, 96, 96), 18),
               "walker": ("walker_walk state (gaussian, 6 dims)", "walker_walk", (24,), ActionSpec("gaussian", dims=6))}
     for label, task, obs_shape, actions in (models[m] for m in args.models):
-        config = load_config(task, overrides=args.overrides)
-        net = make_network(obs_shape, actions, config.model).to(args.device).eval()
+        try:
+            config = load_config(task, overrides=args.overrides)
+        except ConfigError as error:
+            parser.error(str(error))
+        net = make_network(obs_shape, actions, config.model, value_prefix=config.train.value_prefix)
+        net = net.to(args.device).eval()
         backends = {"torch": TorchInference(net, args.device)}
         if args.device == "cpu":
             backends["onnxruntime"] = onnx_inference(net)
