@@ -67,23 +67,29 @@ def tasks(pattern):
 @click.option("--replay-checkpoint/--no-replay-checkpoint", default=True, show_default=True,
               help="Keep the replay buffer with the checkpoints (compressed, each segment written once), so "
                    "that a resumed run goes on with its data.")
+@click.option("--config", "config_files", multiple=True, metavar="FILE|NAME",
+              help="A YAML file of config overrides, nested as the presets are (train: {lr: 0.1}), or the name "
+                   "of a recipe in configs/recipes (e.g. ezv2_states); applied in order, before --set "
+                   "(repeatable).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override any config key, e.g. --set train.lr=0.1 (repeatable).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Torch threads per process; more help only large batches on an idle machine.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanalyze_workers, address, gpus, num_envs,
-          checkpoint_interval, replay_checkpoint, overrides, threads, quiet):
+          checkpoint_interval, replay_checkpoint, config_files, overrides, threads, quiet):
     """Train an EfficientZero agent on TASK, or resume a run (--resume RUN_DIR)."""
     from click.core import ParameterSource
 
     from ez_robot.api import TrainingSession
     from ez_robot.checkpoint import checkpoint_path
+    from ez_robot.config import recipe_overrides
 
     given = lambda name: click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT  # noqa: E731
     if resume_dir is None and task is None:
         raise click.UsageError("give --task (or --resume RUN_DIR to continue a run)")
     with _user_errors():
+        overrides = [*(text for source in config_files for text in recipe_overrides(source)), *overrides]
         session = TrainingSession.prepare(
             task, budget=budget, seed=seed if given("seed") or resume_dir is None else None,
             obs=obs if given("obs") or resume_dir is None else None, overrides=overrides, run_dir=run_dir,

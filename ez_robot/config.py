@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import fnmatch
 import importlib.resources
+import json
 import math
 import re
 import typing
@@ -24,10 +25,13 @@ from ez_robot._search import SearchConfig
 from ez_robot.errors import ConfigError
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "ReanalyzeConfig", "Config",
-           "load_config", "resolved_action_mode", "parse_budget", "parse_override", "config_to_dict", "task_family", "PRESET_DIR"]
+           "load_config", "resolved_action_mode", "parse_budget", "parse_override", "config_to_dict", "task_family", "PRESET_DIR",
+           "RECIPE_DIR", "recipe_overrides"]
 
 # configs/ in the repository, installed as the data package ez_robot.configs.
 PRESET_DIR = Path(str(importlib.resources.files("ez_robot.configs")))
+# Named sets of overrides (``--config NAME``), e.g. the settings a published system trains with.
+RECIPE_DIR = PRESET_DIR / "recipes"
 
 
 def _check(section: str, rules: Iterable[tuple[str, bool, str]], obj) -> None:
@@ -450,8 +454,11 @@ def _merge(values: dict, update: Mapping, where: str) -> None:
         if section in TOP_LEVEL:
             values[section] = entries
             continue
-        if section not in SECTIONS or not isinstance(entries, Mapping):
+        if section not in SECTIONS:
             raise ConfigError(f"{where}: unknown config section {section!r} (sections: {', '.join(SECTIONS)})")
+        if not isinstance(entries, Mapping):
+            raise ConfigError(f"{where}: section {section!r} must be a mapping of keys, e.g. "
+                              f"'{section}: {{key: value}}', got {entries!r}")
         for key, value in entries.items():
             values[f"{section}.{key}"] = value
 
@@ -466,6 +473,37 @@ def parse_override(text: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     return key.strip(), value
+
+
+def recipe_overrides(source: str | Path) -> list[str]:
+    """A ``--config`` file as ``--set`` strings, in file order: a YAML mapping nested as the
+    presets are (``{train: {lr: 0.1}}``), given as a path or as the name of a recipe in
+    ``configs/recipes``.  Unknown sections and keys fail here, naming the file."""
+    path = Path(source)
+    if not path.is_file():
+        named = RECIPE_DIR / f"{source}.yaml"
+        if not named.is_file():
+            names = sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
+            raise ConfigError(f"--config {source}: no such file, nor a recipe of that name (recipes: "
+                              f"{', '.join(names) or 'none'})")
+        path = named
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"--config {source}: cannot read it as YAML: {error}") from None
+    if data is None:
+        return []
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"--config {source}: expected a mapping of sections, e.g. 'train: {{lr: 0.1}}', "
+                          f"got {type(data).__name__}")
+    values: dict[str, Any] = {}
+    _merge(values, data, f"--config {source}")
+    known = set(_all_keys())
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"--config {source}: {_unknown(key)}")
+    return [f"{key}={json.dumps(value)}" for key, value in values.items()]
 
 
 def load_config(task: str, *, obs: str = "state", budget: str | int | None = None, seed: int | None = None,

@@ -42,6 +42,8 @@ def test_tasks_filter():
     (["--task", "gym:CartPole-v1", "--set", "train.lr=inf"], "train.lr must be a finite number"),
     (["--task", "gym:CartPole-v1", "--set", "env.task=atari:Pong"],
      "--set env.task=atari:Pong disagrees with --task gym:CartPole-v1"),
+    (["--task", "walker_walk", "--config", "ezv3"], "--config ezv3: no such file, nor a recipe of that name "
+                                                    "(recipes: ezv2_states"),
 ])
 def test_train_user_errors_are_messages_not_tracebacks(args, message, tmp_path):
     out = ez("train", *args, "--run-dir", str(tmp_path / "run"))

@@ -3,8 +3,8 @@ import dataclasses
 
 import pytest
 
-from ez_robot.config import (Config, ConfigError, PRESET_DIR, config_from_dict, config_to_dict, load_config,
-                             parse_budget)
+from ez_robot.config import (Config, ConfigError, PRESET_DIR, RECIPE_DIR, config_from_dict, config_to_dict,
+                             load_config, parse_budget, recipe_overrides)
 
 
 def test_atari_preset_is_the_paper_table():
@@ -103,3 +103,46 @@ def test_every_preset_loads():
                               ("gym:FrozenLake-v1", "state", "custom")]:
         config = load_config(task, obs=obs)
         assert config.preset == f"{preset}.yaml"
+
+
+def test_a_recipe_is_the_command_it_names():
+    """``--config ezv2_states`` is the walker/cheetah command of the README, --set flags
+    given after it still win, and every shipped recipe loads on a DMC task."""
+    v2 = ["env.action_repeat=2", "train.value_prefix=false", "train.optimizer=adam", "train.lr=3e-4",
+          "train.lr_final=3e-4", "train.weight_decay=2e-5", "train.entropy_coef=0.05", "train.value_loss_coef=0.5",
+          "search.discount=0.997"]
+    assert load_config("cheetah_run", overrides=recipe_overrides("ezv2_states")) == load_config("cheetah_run",
+                                                                                                 overrides=v2)
+    c = load_config("walker_walk", overrides=[*recipe_overrides("ezv2_states"), "train.lr=1e-3"])
+    assert c.train.lr == 1e-3 and c.train.optimizer == "adam" and not c.train.value_prefix
+    assert load_config("cheetah_run").env.action_repeat == 4  # the preset itself is untouched
+    names = sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
+    assert "ezv2_states" in names
+    for name in names:
+        load_config("walker_walk", overrides=recipe_overrides(name))
+
+
+def test_a_config_file_by_path(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("seed: 7\ntrain: {lr: 0.05, budget: 40k}\nmodel: {state_body: residual}\n"
+                    "env: {kwargs: {time_limit: 5}}\n")
+    c = load_config("cartpole_swingup", overrides=recipe_overrides(path))
+    assert (c.seed, c.train.lr, c.train.budget, c.model.state_body) == (7, 0.05, 40_000, "residual")
+    assert c.env.kwargs == {"time_limit": 5}
+    (tmp_path / "empty.yaml").write_text("")
+    assert recipe_overrides(tmp_path / "empty.yaml") == []
+
+
+@pytest.mark.parametrize("text,match", [
+    ("train: {lrr: 0.1}\n", r"--config .*bad.yaml: unknown config key 'train.lrr'; did you mean: train.lr"),
+    ("trian: {lr: 0.1}\n", r"--config .*bad.yaml: unknown config section 'trian'"),
+    ("train: [lr, 0.1]\n", r"section 'train' must be a mapping of keys"),
+    ("- train.lr=0.1\n", r"expected a mapping of sections"),
+    ("train: {lr: [0.1\n", r"cannot read it as YAML"),
+    ("train: {lr: fast}\n", r"train.lr must be float, got 'fast'"),
+])
+def test_bad_config_files_name_the_file_and_key(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_config("cartpole_swingup", overrides=recipe_overrides(path))
