@@ -71,12 +71,19 @@ def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
 
 def test_train_smoke(tmp_path):
     """The default trainer (Ray: one self-play worker, reanalyze workers, an embedded local Ray)."""
+    import yaml
+
     run = tmp_path / "run"
+    small = tmp_path / "small.yaml"  # through --config, with a --set after it that wins
+    small.write_text("replay: {min_replay_size: 60}\ntrain: {batch_size: 8, eval_episodes: 5}\n"
+                     "search: {num_simulations: 4}\n")
     out = ez("train", "--task", "gym:CartPole-v1", "--budget", "120", "--run-dir", str(run), "--quiet",
-             "--set", "replay.min_replay_size=60", "--set", "train.batch_size=8", "--set", "search.num_simulations=4",
-             "--set", "train.train_steps_per_agent_step=0.25", "--set", "train.eval_episodes=2")
+             "--config", str(small), "--set", "train.train_steps_per_agent_step=0.25", "--set", "train.eval_episodes=2")
     assert out.returncode == 0, out.stderr
     assert (run / "config.yaml").exists() and (run / "checkpoints" / "latest.pt").exists()
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert (config["replay"]["min_replay_size"], config["train"]["batch_size"], config["search"]["num_simulations"],
+            config["train"]["eval_episodes"]) == (60, 8, 4, 2)
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["trainer"] == "ray"
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     kinds = {r["kind"] for r in records}

@@ -110,11 +110,12 @@ def test_a_recipe_is_the_command_it_names():
     given after it still win, and every shipped recipe loads on a DMC task."""
     v2 = ["env.action_repeat=2", "train.value_prefix=false", "train.optimizer=adam", "train.lr=3e-4",
           "train.lr_final=3e-4", "train.weight_decay=2e-5", "train.entropy_coef=0.05", "train.value_loss_coef=0.5",
-          "search.discount=0.997"]
+          "search.discount=0.997", "model.state_body=residual"]
     assert load_config("cheetah_run", overrides=recipe_overrides("ezv2_states")) == load_config("cheetah_run",
                                                                                                  overrides=v2)
     c = load_config("walker_walk", overrides=[*recipe_overrides("ezv2_states"), "train.lr=1e-3"])
     assert c.train.lr == 1e-3 and c.train.optimizer == "adam" and not c.train.value_prefix
+    assert c.model.state_body == "residual"
     assert load_config("cheetah_run").env.action_repeat == 4  # the preset itself is untouched
     names = sorted(p.stem for p in RECIPE_DIR.glob("*.yaml"))
     assert "ezv2_states" in names
