@@ -7,7 +7,9 @@ A synthetic batch (context from a synthetic replay, value and policy targets fro
 no search) for the DMC-state preset (cartpole_swingup: batch 256, 5 actions), the
 classic preset (gym:CartPole-v1: batch 64, 2 actions), the DMC-pixels preset
 (``cartpole_swingup:pixels``: the ResNet on 3 stacked 84x84 RGB frames, the paper's batch of
-256, 5 actions) and, at batch 16, the Atari ResNet (Pong: 6 actions).  Median step time per torch thread count; ``--profile`` adds the
+256, 5 actions), at batch 16, the Atari ResNet (Pong: 6 actions), and ``cheetah_run:ezv2``:
+the Gaussian mode (6 dimensions, 16 candidates per target) with ``--config ezv2_states``
+(EfficientZero V2's residual body, no value prefix, Adam), the walker/cheetah command.  Median step time per torch thread count; ``--profile`` adds the
 operators that take the most time (torch.profiler, first thread count).
 """
 import argparse
@@ -17,19 +19,22 @@ import numpy as np
 import torch
 
 from _synthetic import segment
-from ez_robot.config import ReplayConfig, load_config
+from ez_robot.config import ReplayConfig, load_config, recipe_overrides
 from ez_robot.learner import Learner
 from ez_robot.networks import make_network
+from ez_robot.policies import ActionSpec
 from ez_robot.reanalyze import Targets
 from ez_robot.replay import ReplayBuffer
 from ez_robot.targets import prepare_context
 
 
 def batch_for(config, frame_shape, stack, actions, dtype, batch, rng):
+    """``actions``: A (joint mode) or an ActionSpec (the sampled modes)."""
+    sampled = (config.search.num_candidates, actions.dims) if isinstance(actions, ActionSpec) else None
     replay = ReplayBuffer(ReplayConfig(capacity=20_000, min_replay_size=1))
     for _ in range(4):
         replay.add(segment(rng, moves=400, frame_shape=frame_shape, frame_stack=stack, num_actions=actions,
-                           dtype=dtype))
+                           dtype=dtype, sampled=sampled))
     t = config.train
     ref = replay.sample(batch, 0.4, rng)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.full(batch, t.td_steps),
@@ -37,7 +42,7 @@ def batch_for(config, frame_shape, stack, actions, dtype, batch, rng):
                               num_actions=actions, rng=rng)
     value = context.value_partial + context.bootstrap_discount * context.stored_bootstrap_values
     targets = Targets(value=value.astype(np.float32), policy=context.stored_policies,
-                      searched_policy=np.ones(batch, bool), num_searches=0)
+                      searched_policy=np.ones(batch, bool), num_searches=0, candidates=context.stored_candidates)
     return context, targets, ref.weights
 
 
@@ -47,19 +52,25 @@ def main():
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--tasks", nargs="+",
-                        default=["cartpole_swingup", "gym:CartPole-v1", "atari:Pong", "cartpole_swingup:pixels"])
+                        default=["cartpole_swingup", "gym:CartPole-v1", "atari:Pong", "cartpole_swingup:pixels",
+                                 "cheetah_run:ezv2"])
     args = parser.parse_args()
     cases = {"cartpole_swingup": ((5,), 1, 5, np.float32, None), "gym:CartPole-v1": ((4,), 1, 2, np.float32, None),
              "atari:Pong": ((3, 96, 96), 4, 6, np.uint8, 16),
-             "cartpole_swingup:pixels": ((3, 84, 84), 3, 5, np.uint8, None)}
+             "cartpole_swingup:pixels": ((3, 84, 84), 3, 5, np.uint8, None),
+             "cheetah_run:ezv2": ((17,), 1, ActionSpec("gaussian", dims=6), np.float32, None)}
     print(f"torch {torch.__version__}; median of {args.steps} steps")
     print("| preset | batch | " + " | ".join(f"{n} thread(s) (ms)" for n in args.threads) + " |")
     print("|---|---|" + "---|" * len(args.threads))
     profiles = []
     for task in args.tasks:
         frame_shape, stack, actions, dtype, batch = cases[task]
-        pixels = task.endswith(":pixels")
-        config = load_config(task.removesuffix(":pixels"), obs="pixels") if pixels else load_config(task)
+        if task.endswith(":pixels"):
+            config = load_config(task.removesuffix(":pixels"), obs="pixels")
+        elif task.endswith(":ezv2"):
+            config = load_config(task.removesuffix(":ezv2"), overrides=recipe_overrides("ezv2_states"))
+        else:
+            config = load_config(task)
         batch = batch or config.train.batch_size
         rng = np.random.default_rng(0)
         context, targets, weights = batch_for(config, frame_shape, stack, actions, dtype, batch, rng)
@@ -68,7 +79,8 @@ def main():
         for threads in args.threads:
             torch.set_num_threads(threads)
             torch.manual_seed(0)
-            learner = Learner(make_network(obs_shape, actions, config.model), config, 10**6, torch.device("cpu"))
+            net = make_network(obs_shape, actions, config.model, value_prefix=config.train.value_prefix)
+            learner = Learner(net, config, 10**6, torch.device("cpu"))
             learner.step(context, targets, weights)  # warm-up
             samples = []
             for _ in range(args.steps):
