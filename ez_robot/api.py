@@ -58,23 +58,21 @@ def train(task: str | Callable | None = None, *, budget: str | int | None = None
           run_dir: str | Path | None = None, resume: str | Path | None = None, workers: int | None = None,
           reanalyze_workers: int | None = None, address: str | None = None, gpus: float | None = None,
           device: str = "auto", num_envs: int = 1, checkpoint_interval: int = 1000, replay_checkpoint: bool = True,
-          threads: int = 1, learner_threads: int | None = None, progress: bool = True,
-          log: Callable[[str], None] | None = print) -> Path:
+          threads: int = 1, progress: bool = True, log: Callable[[str], None] | None = print) -> Path:
     """Trains an agent on ``task`` (or goes on with the run in ``resume``) and returns the
     run directory.
 
     ``overrides``: ``"section.key=value"`` strings (``--set``); ``env_kwargs``: keyword
     arguments of a factory or gym task's env.  ``workers``: self-play workers on Ray
     (default 1; 0 runs everything in this process without Ray; a resumed run keeps its
-    trainer).  ``learner_threads``: Ray, the learner's torch threads (default ``threads``).
-    ``seed`` and ``obs`` default to 0 and states (a resumed run keeps its own).
+    trainer).  ``seed`` and ``obs`` default to 0 and states (a resumed run keeps its own).
     ``log`` gets the start and end lines (None: quiet).  Ctrl-C stops it with a checkpoint
     that ``resume`` continues."""
     session = TrainingSession.prepare(
         task, budget=budget, seed=seed, obs=obs, overrides=overrides, env_kwargs=env_kwargs, run_dir=run_dir,
         resume=resume, workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus,
         device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval,
-        replay_checkpoint=replay_checkpoint, threads=threads, learner_threads=learner_threads, progress=progress)
+        replay_checkpoint=replay_checkpoint, threads=threads, progress=progress)
     session.run(log)
     return session.run_dir
 
@@ -91,15 +89,14 @@ class TrainingSession:
     def prepare(cls, task=None, *, budget=None, seed=None, obs=None, overrides=(), env_kwargs=None, run_dir=None,
                 resume=None, workers=None, reanalyze_workers=None, address=None, gpus=None, device="auto",
                 num_envs=1, checkpoint_interval=1000, replay_checkpoint=True, threads=1,
-                learner_threads=None, progress=True) -> "TrainingSession":
+                progress=True) -> "TrainingSession":
         from ez_robot import envs
         from ez_robot.checkpoint import checkpoint_path, read_checkpoint, resume_config
         from ez_robot.config import load_config
         from ez_robot.envs.custom import absolute_task
         from ez_robot.trainer import check_resumable
 
-        ray_only = {"address": address, "gpus": gpus, "reanalyze_workers": reanalyze_workers,
-                    "learner_threads": learner_threads}
+        ray_only = {"address": address, "gpus": gpus, "reanalyze_workers": reanalyze_workers}
         given = [name for name, value in ray_only.items() if value is not None]
         if workers == 0 and given:
             raise ConfigError(f"--{given[0].replace('_', '-')} is for the Ray trainer; --workers 0 (workers=0) runs "

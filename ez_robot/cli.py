@@ -75,13 +75,9 @@ def tasks(pattern):
               help="Override any config key, e.g. --set train.lr=0.1 (repeatable).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Torch threads per process; more help only large batches on an idle machine.")
-@click.option("--learner-threads", type=click.IntRange(min=1), default=None,
-              help="Ray: torch threads of the learner's process alone (default: --threads); the learner is "
-                   "what a CPU run waits on, and a second thread pays where the other processes leave a "
-                   "core part idle (benchmarks/README.md).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanalyze_workers, address, gpus, num_envs,
-          checkpoint_interval, replay_checkpoint, config_files, overrides, threads, learner_threads, quiet):
+          checkpoint_interval, replay_checkpoint, config_files, overrides, threads, quiet):
     """Train an EfficientZero agent on TASK, or resume a run (--resume RUN_DIR)."""
     from click.core import ParameterSource
 
@@ -99,8 +95,7 @@ def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanaly
             obs=obs if given("obs") or resume_dir is None else None, overrides=overrides, run_dir=run_dir,
             resume=resume_dir, workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus,
             device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval,
-            replay_checkpoint=replay_checkpoint, threads=threads, learner_threads=learner_threads,
-            progress=not quiet)
+            replay_checkpoint=replay_checkpoint, threads=threads, progress=not quiet)
     try:
         with _user_errors():
             session.run(click.echo)

@@ -43,20 +43,16 @@ _log = logging.getLogger(__name__)
 def train(config: Config, run_dir: Path | str, *, workers: int = 1, reanalyze_workers: int | None = None,
           address: str | None = None, gpus: float | None = None, device: str = "auto", num_envs: int = 1,
           checkpoint_interval: int = 1000, eval_interval: int | None = None, eval_episodes: int | None = None,
-          progress: bool = True, threads: int = 1, learner_threads: int | None = None, resume: dict | None = None,
-          replay_checkpoint: bool = True, max_restarts: int = 3, max_seconds: float | None = None) -> dict:
+          progress: bool = True, threads: int = 1, resume: dict | None = None, replay_checkpoint: bool = True,
+          max_restarts: int = 3, max_seconds: float | None = None) -> dict:
     """Trains with ``workers`` self-play workers and ``reanalyze_workers`` reanalyze workers
     on Ray (an embedded local Ray unless ``address``); same arguments, run directory,
-    checkpoints and summary as :func:`ez_robot.trainer.train`.  ``learner_threads``: the
-    learner's torch threads (default ``threads``, as every other process)."""
+    checkpoints and summary as :func:`ez_robot.trainer.train`."""
     if workers < 1 or (reanalyze_workers is not None and reanalyze_workers < 0) or num_envs < 1:
         raise ConfigError(f"need workers >= 1, reanalyze_workers >= 0 and num_envs >= 1, got {workers}, "
                           f"{reanalyze_workers} and {num_envs}")
     if resume is not None:  # before any worker starts
         check_resumable(config, resume, run_dir, replay_checkpoint)
-    if learner_threads is not None and (isinstance(learner_threads, bool) or not isinstance(learner_threads, int)
-                                        or learner_threads < 1):
-        raise ConfigError(f"learner_threads must be a whole number >= 1, got {learner_threads!r}")
     set_threads(threads)
     if gpus is None:
         gpus = torch.cuda.device_count() if resolve_device(device).type == "cuda" else 0
@@ -69,8 +65,7 @@ def train(config: Config, run_dir: Path | str, *, workers: int = 1, reanalyze_wo
             if address is not None:  # a shared cluster may not have them free; an embedded Ray is sized to fit
                 placement.warn_if_short(workers, reanalyze_workers)
             pipeline = _Pipeline(config, Path(run_dir), workers=workers, reanalyze_workers=reanalyze_workers,
-                                 placement=placement, num_envs=num_envs, threads=threads,
-                                 learner_threads=learner_threads or threads, resume=resume,
+                                 placement=placement, num_envs=num_envs, threads=threads, resume=resume,
                                  replay_checkpoint=replay_checkpoint, max_restarts=max_restarts)
             return pipeline.run(checkpoint_interval, eval_interval, eval_episodes, progress, max_seconds)
     finally:
@@ -82,9 +77,8 @@ class _Pipeline:
     """The actors of one run, and the driver's loop over them."""
 
     def __init__(self, config: Config, run_dir: Path, *, workers, reanalyze_workers, placement: Placement, num_envs,
-                 threads, learner_threads, resume, replay_checkpoint, max_restarts):
+                 threads, resume, replay_checkpoint, max_restarts):
         self.config, self.run_dir, self.threads, self.max_restarts = config, run_dir, threads, max_restarts
-        self.learner_threads = learner_threads
         self.placement = placement
         self.spec = env_spec(config)
         self.total = total_train_steps(config)
@@ -124,7 +118,7 @@ class _Pipeline:
                 i, config, names, spec, p.device, self.threads, seed=config.seed + 100 + i + c.train_steps)
             for i, name in enumerate(names["reanalyzers"])]
         self.learner = ray.remote(LearnerWorker).options(name=f"{run}-learner", **p.compute()).remote(
-            config, names, spec, p.device, self.learner_threads, first, learner_state)
+            config, names, spec, p.device, self.threads, first, learner_state)
         self._check_started(self.learner, "the learner")
         self.selfplay = [ray.remote(SelfPlayWorker).options(name=f"{run}-selfplay-{i}",
                                                             max_restarts=self.max_restarts, **p.selfplay()).remote(

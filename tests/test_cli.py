@@ -35,8 +35,6 @@ def test_tasks_filter():
     (["--task", "cartpole_swingup", "--set", "train.lrr=1"], "unknown config key 'train.lrr'"),
     (["--task", "walker_walk", "--set", "env.action_mode=joint"], "Lower env.bins"),
     (["--task", "cartpole_swingup", "--workers", "0", "--address", "auto"], "--address is for the Ray trainer"),
-    (["--task", "cartpole_swingup", "--workers", "0", "--learner-threads", "2"],
-     "--learner-threads is for the Ray trainer"),
     (["--task", "gym:CartPole-v1", "--address", "127.0.0.1:9"], "no Ray cluster answers at 127.0.0.1:9"),
     (["--task", "gym:CartPole-v1", "--address", "headnode"], "is not auto, host:port or ray://host:port"),
     (["--task", "gym:CartPole-v1", "--set", "search.num_simulations=999999999999"],

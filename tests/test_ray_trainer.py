@@ -12,7 +12,6 @@ import torch
 
 from ez_robot.checkpoint import CHECKPOINT_FORMAT
 from ez_robot.config import load_config
-from ez_robot.errors import ConfigError
 from ez_robot.evaluation import load_run
 from ez_robot.ray_cluster import init_ray
 
@@ -75,37 +74,6 @@ def test_both_trainers_write_the_same_kinds_of_metrics(local_ray, tmp_path, mode
     assert run.counters["train_steps"] == 60
     meta = json.loads((tmp_path / "ray" / "checkpoints" / "latest.json").read_text())
     assert meta["trainer"] == "ray" and meta["format"] == CHECKPOINT_FORMAT and meta["torch_version"] == torch.__version__
-
-
-def test_the_learner_alone_gets_learner_threads(local_ray, tmp_path):
-    """``learner_threads`` sets the torch threads of the learner's process and of no other."""
-    from ez_robot import ray_trainer
-
-    config = load_config("gym:CartPole-v1", budget="240", overrides=TINY)
-    seen = {}
-
-    def ask_mid_run():
-        deadline = time.time() + 120
-        while time.time() < deadline and len(seen) < 2:
-            for name in ray.util.list_named_actors():
-                for suffix in ("-learner", "-reanalyze-0"):
-                    if name.endswith(suffix) and suffix not in seen:
-                        try:
-                            seen[suffix] = ray.get(ray.get_actor(name).__ray_call__.remote(
-                                lambda worker: torch.get_num_threads()), timeout=30)
-                        except (ValueError, ray.exceptions.RayError):  # not ready yet, or already gone
-                            pass
-            time.sleep(0.05)
-
-    asker = threading.Thread(target=ask_mid_run)
-    asker.start()
-    summary = ray_trainer.train(config, tmp_path, workers=1, reanalyze_workers=1, device="cpu", progress=False,
-                                threads=1, learner_threads=2)
-    asker.join()
-    assert summary["train_steps"] == 60
-    assert seen == {"-learner": 2, "-reanalyze-0": 1}
-    with pytest.raises(ConfigError, match="learner_threads must be a whole number >= 1, got 0"):
-        ray_trainer.train(config, tmp_path / "bad", learner_threads=0)
 
 
 def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
