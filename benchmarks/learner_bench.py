@@ -9,8 +9,9 @@ classic preset (gym:CartPole-v1: batch 64, 2 actions), the DMC-pixels preset
 (``cartpole_swingup:pixels``: the ResNet on 3 stacked 84x84 RGB frames, the paper's batch of
 256, 5 actions), at batch 16, the Atari ResNet (Pong: 6 actions), and ``cheetah_run:ezv2``:
 the Gaussian mode (6 dimensions, 16 candidates per target) with ``--config ezv2_states``
-(EfficientZero V2's residual body, no value prefix, Adam), the walker/cheetah command.  Median step time per torch thread count; ``--profile`` adds the
-operators that take the most time (torch.profiler, first thread count).
+(EfficientZero V2's residual body, no value prefix, Adam), the walker/cheetah command.
+Median step time per torch thread count; ``--profile`` adds the operators that take the
+most time (torch.profiler, first thread count).
 """
 import argparse
 import time
