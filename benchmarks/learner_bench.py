@@ -2,6 +2,7 @@
 that is left per training step once reanalyze reads stored search results.
 
     python benchmarks/learner_bench.py [--threads 1 2] [--steps 30] [--profile]
+                                       [--device cuda] [--batch 256] [--precision fp32 tf32 bf16]
 
 A synthetic batch (context from a synthetic replay, value and policy targets from it,
 no search) for the DMC-state preset (cartpole_swingup: batch 256, 5 actions), the
@@ -11,7 +12,12 @@ classic preset (gym:CartPole-v1: batch 64, 2 actions), the DMC-pixels preset
 the Gaussian mode (6 dimensions, 16 candidates per target) with ``--config ezv2_states``
 (EfficientZero V2's residual body, no value prefix, Adam), the walker/cheetah command.
 Median step time per torch thread count; ``--profile`` adds the operators that take the
-most time (torch.profiler, first thread count).
+most time (torch.profiler, first thread count).  ``--device cuda`` times the step on a GPU
+(synchronized; the batch starts on the host, as in a run), ``--batch`` overrides every
+preset's batch (Atari's 16 is for CPU), and ``--precision`` adds a row per precision:
+``fp32`` (torch's default: on a GPU, TensorFloat-32 convolutions and fp32 matmuls), ``tf32``
+(TensorFloat-32 matmuls too) or ``bf16`` (the step under ``torch.autocast`` to bfloat16).
+Neither switch is one the learner sets: on an H200 neither paid (benchmarks/README.md).
 """
 import argparse
 import time
@@ -29,13 +35,17 @@ from ez_robot.replay import ReplayBuffer
 from ez_robot.targets import prepare_context
 
 
-def batch_for(config, frame_shape, stack, actions, dtype, batch, rng):
+def synthetic_replay(config, frame_shape, stack, actions, dtype, rng):
     """``actions``: A (joint mode) or an ActionSpec (the sampled modes)."""
     sampled = (config.search.num_candidates, actions.dims) if isinstance(actions, ActionSpec) else None
     replay = ReplayBuffer(ReplayConfig(capacity=20_000, min_replay_size=1))
     for _ in range(4):
         replay.add(segment(rng, moves=400, frame_shape=frame_shape, frame_stack=stack, num_actions=actions,
                            dtype=dtype, sampled=sampled))
+    return replay
+
+
+def batch_for(config, replay, actions, batch, rng):
     t = config.train
     ref = replay.sample(batch, 0.4, rng)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.full(batch, t.td_steps),
@@ -55,14 +65,20 @@ def main():
     parser.add_argument("--tasks", nargs="+",
                         default=["cartpole_swingup", "gym:CartPole-v1", "atari:Pong", "cartpole_swingup:pixels",
                                  "cheetah_run:ezv2"])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--batch", type=int, default=None, help="batch for every preset (default: the preset's)")
+    parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "tf32", "bf16"])
     args = parser.parse_args()
     cases = {"cartpole_swingup": ((5,), 1, 5, np.float32, None), "gym:CartPole-v1": ((4,), 1, 2, np.float32, None),
              "atari:Pong": ((3, 96, 96), 4, 6, np.uint8, 16),
              "cartpole_swingup:pixels": ((3, 84, 84), 3, 5, np.uint8, None),
              "cheetah_run:ezv2": ((17,), 1, ActionSpec("gaussian", dims=6), np.float32, None)}
-    print(f"torch {torch.__version__}; median of {args.steps} steps")
-    print("| preset | batch | " + " | ".join(f"{n} thread(s) (ms)" for n in args.threads) + " |")
-    print("|---|---|" + "---|" * len(args.threads))
+    device = torch.device(args.device)
+    print(f"torch {torch.__version__}; {device}"
+          + (f" ({torch.cuda.get_device_name()})" if device.type == "cuda" else "") + f"; median of {args.steps} steps")
+    print("| preset | batch | precision | host batch (ms) | "
+          + " | ".join(f"{n} thread(s) (ms)" for n in args.threads) + " |")
+    print("|---|---|---|---|" + "---|" * len(args.threads))
     profiles = []
     for task in args.tasks:
         frame_shape, stack, actions, dtype, batch = cases[task]
@@ -72,31 +88,64 @@ def main():
             config = load_config(task.removesuffix(":ezv2"), overrides=recipe_overrides("ezv2_states"))
         else:
             config = load_config(task)
-        batch = batch or config.train.batch_size
+        batch = args.batch or batch or config.train.batch_size
         rng = np.random.default_rng(0)
-        context, targets, weights = batch_for(config, frame_shape, stack, actions, dtype, batch, rng)
+        replay = synthetic_replay(config, frame_shape, stack, actions, dtype, rng)
+        host = []  # what the replay does per batch in a run: sample, gather frames, build the targets' context
+        for _ in range(3):
+            start = time.perf_counter()
+            context, targets, weights = batch_for(config, replay, actions, batch, rng)
+            host.append(time.perf_counter() - start)
         obs_shape = (frame_shape[0] * stack, *frame_shape[1:])
-        times = []
-        for threads in args.threads:
-            torch.set_num_threads(threads)
-            torch.manual_seed(0)
-            net = make_network(obs_shape, actions, config.model, value_prefix=config.train.value_prefix)
-            learner = Learner(net, config, 10**6, torch.device("cpu"))
-            learner.step(context, targets, weights)  # warm-up
-            samples = []
-            for _ in range(args.steps):
-                start = time.perf_counter()
-                learner.step(context, targets, weights)
-                samples.append(time.perf_counter() - start)
-            times.append(1000 * float(np.median(samples)))
-            if args.profile and threads == args.threads[0]:
-                from torch.profiler import ProfilerActivity, profile
+        for precision in args.precision:
+            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"  # torch's default: off
+            times = []
+            for threads in args.threads:
+                torch.set_num_threads(threads)
+                torch.manual_seed(0)
+                net = make_network(obs_shape, actions, config.model, value_prefix=config.train.value_prefix)
+                learner = Learner(net, config, 10**6, device)
+                # bf16: the step under autocast (forward and loss in bfloat16 where torch deems it safe, the
+                # weights and the optimizer fp32); the learner has no such option (it did not pay, see README)
+                step = torch.autocast(device.type, dtype=torch.bfloat16)(learner.step) if precision == "bf16" \
+                    else learner.step
+                try:
+                    step(context, targets, weights)  # warm-up
+                except RuntimeError as error:  # a precision this device or torch does not support
+                    print(f"| {task} | {batch} | {precision} | failed: {str(error).splitlines()[0][:120]} |")
+                    break
+                samples = []
+                for _ in range(args.steps):
+                    start = time.perf_counter()
+                    step(context, targets, weights)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                    samples.append(time.perf_counter() - start)
+                times.append(1000 * float(np.median(samples)))
+                if args.profile and threads == args.threads[0]:
+                    from torch.profiler import ProfilerActivity, profile
 
-                with profile(activities=[ProfilerActivity.CPU]) as prof:
-                    for _ in range(5):
-                        learner.step(context, targets, weights)
-                profiles.append((task, prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)))
-        print(f"| {task} ({config.preset}) | {batch} | " + " | ".join(f"{t:.1f}" for t in times) + " |", flush=True)
+                    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+                    with profile(activities=activities) as prof:
+                        for _ in range(5):
+                            step(context, targets, weights)
+                    for key in ["self_cpu_time_total"] + (["self_cuda_time_total"] if device.type == "cuda" else []):
+                        profiles.append((f"{task} {precision} by {key}",
+                                         prof.key_averages().table(sort_by=key, row_limit=15)))
+            if device.type == "cuda" and precision == args.precision[0]:  # the observations' copy alone
+                copies = []
+                for _ in range(5):
+                    start = time.perf_counter()
+                    torch.as_tensor(context.observations, device=device)
+                    torch.cuda.synchronize()
+                    copies.append(time.perf_counter() - start)
+                print(f"host-to-device copy of the observations ({context.observations.nbytes / 1e6:.0f} MB, "
+                      f"pageable): {1000 * float(np.median(copies)):.1f} ms")
+            if len(times) < len(args.threads):
+                continue
+            print(f"| {task} ({config.preset}) | {batch} | {precision} | {1000 * float(np.median(host)):.1f} | "
+                  + " | ".join(f"{t:.1f}" for t in times) + " |", flush=True)
+        torch.backends.cuda.matmul.allow_tf32 = False
     for task, table in profiles:
         print(f"\n{task}, {args.threads[0]} thread(s), 5 steps:\n{table}")
 
