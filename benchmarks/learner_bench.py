@@ -18,8 +18,10 @@ preset's batch (Atari's 16 is for CPU), and ``--precision`` adds a row per preci
 ``fp32`` (torch's default: on a GPU, TensorFloat-32 convolutions and fp32 matmuls), ``tf32``
 (TensorFloat-32 matmuls too) or ``bf16`` (the step under ``torch.autocast`` to bfloat16).
 Neither switch is one the learner sets: on an H200 neither paid (benchmarks/README.md).
+``--compile [MODE ...]`` adds a row per ``train.compile`` mode (default: ``default``).
 """
 import argparse
+import dataclasses
 import time
 
 import numpy as np
@@ -67,6 +69,8 @@ def main():
                                  "cheetah_run:ezv2"])
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--batch", type=int, default=None, help="batch for every preset (default: the preset's)")
+    parser.add_argument("--compile", nargs="*", default=None, choices=["default", "reduce-overhead"],
+                        help="also time the step with train.compile=MODE (torch.compile of the step's network calls)")
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "tf32", "bf16"])
     args = parser.parse_args()
     cases = {"cartpole_swingup": ((5,), 1, 5, np.float32, None), "gym:CartPole-v1": ((4,), 1, 2, np.float32, None),
@@ -97,14 +101,21 @@ def main():
             context, targets, weights = batch_for(config, replay, actions, batch, rng)
             host.append(time.perf_counter() - start)
         obs_shape = (frame_shape[0] * stack, *frame_shape[1:])
-        for precision in args.precision:
+        compiled = [f"compiled:{mode}" for mode in (args.compile or ["default"])] if args.compile is not None else []
+        for precision in args.precision + compiled:
             torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"  # torch's default: off
             times = []
             for threads in args.threads:
                 torch.set_num_threads(threads)
                 torch.manual_seed(0)
                 net = make_network(obs_shape, actions, config.model, value_prefix=config.train.value_prefix)
-                learner = Learner(net, config, 10**6, device)
+                mode = precision.split(":")[1] if precision.startswith("compiled") else "none"
+                train = dataclasses.replace(config.train, compile=mode)
+                learner = Learner(net, dataclasses.replace(config, train=train), 10**6, device)
+                if mode != "none":
+                    start = time.perf_counter()
+                    learner.step(context, targets, weights)
+                    print(f"compiled {task} in {time.perf_counter() - start:.0f} s", flush=True)
                 # bf16: the step under autocast (forward and loss in bfloat16 where torch deems it safe, the
                 # weights and the optimizer fp32); the learner has no such option (it did not pay, see README)
                 step = torch.autocast(device.type, dtype=torch.bfloat16)(learner.step) if precision == "bf16" \

@@ -244,6 +244,13 @@ class TrainConfig:
     """Network calls of the searches in self-play and reanalyze on the CPU: onnxruntime
     (the networks exported again after each weight refresh; several times faster on the
     small batches of a search) or torch.  On a GPU they always run in torch."""
+    compile: str = "none"
+    """``torch.compile`` of the network calls in the learner's step (not the searches):
+    ``none``, ``default``, or ``reduce-overhead`` (CUDA graphs on a GPU).  A pixel step on an
+    H200 is bound by kernel launches, not arithmetic: ``reduce-overhead`` took it from 107 to
+    53 ms (``benchmarks/learner_bench.py --compile``), ``default`` to 102; on a CPU neither
+    pays.  Compiling takes a minute or so each time the learner starts (and, on a CPU, a C++
+    compiler).  Measured in the benchmark only: a real run with it is yet to be measured."""
     consistency: bool = True
     """Ablation: SimSiam temporal-consistency loss."""
     value_prefix: bool = True
@@ -280,6 +287,8 @@ class TrainConfig:
             ("target_update_interval", self.target_update_interval >= 1, ">= 1"),
             ("eval_episodes", self.eval_episodes >= 1, ">= 1"),
             ("inference", self.inference in ("onnxruntime", "torch"), "'onnxruntime' or 'torch'"),
+            ("compile", self.compile in ("none", "default", "reduce-overhead"),
+             "'none', 'default' or 'reduce-overhead'"),
         ], self)
         if self.value_target == "mixed" and not self.off_policy_correction:
             raise ConfigError("train.value_target=mixed bootstraps from fresh searches; it needs "

@@ -59,6 +59,11 @@ class Learner:
         else:
             self.optimizer = torch.optim.SGD(self.net.parameters(), lr=t.lr, momentum=t.momentum,
                                              weight_decay=t.weight_decay)
+        # the network calls of a step, compiled or not (the snapshots above stay plain modules)
+        calls = (self.net.initial_inference, self.net.recurrent_inference, self.net.project)
+        if t.compile != "none":
+            calls = tuple(torch.compile(call, mode=t.compile) for call in calls)
+        self._initial, self._recurrent, self._project = calls
         self.generator = torch.Generator().manual_seed(config.seed)
         self.lstm_horizon = search_config(config).lstm_horizon
 
@@ -117,7 +122,9 @@ class Learner:
             return -(policy_target[:, u] * log_pi).sum(-1) - t.entropy_coef * policy_entropy(spec, params, squashed)
 
         # --- step 0: representation and prediction ---
-        out = net.initial_inference(obs[:, 0])
+        if t.compile == "reduce-overhead":  # a new step: the CUDA graphs may reuse the last step's outputs
+            torch.compiler.cudagraph_mark_step_begin()
+        out = self._initial(obs[:, 0])
         value_0 = support_to_scalar(out.value_logits.detach(), S)
         value_loss = ce(out.value_logits, scalar_to_support(value_target[:, 0], S)) * mask_value[:, 0]
         policy_loss = policy_ce(out.policy_logits, 0) * mask_policy[:, 0]
@@ -129,11 +136,11 @@ class Learner:
         hidden, lstm_state = out.hidden, net.initial_lstm_state(batch, device=dev)
         if t.consistency:
             with torch.no_grad():  # stop-gradient on the branch built from real observations
-                targets_proj = net.project(net.initial_inference(
+                targets_proj = self._project(self._initial(
                     obs[:, 1:].reshape((-1,) + obs.shape[2:])).hidden, with_predictor=False)
                 targets_proj = targets_proj.reshape(batch, K, -1)
         for k in range(1, K + 1):
-            step = net.recurrent_inference(scale_gradient(hidden, 0.5), lstm_state, actions[:, k - 1])
+            step = self._recurrent(scale_gradient(hidden, 0.5), lstm_state, actions[:, k - 1])
             hidden, lstm_state = step.hidden, step.lstm_state
             if k % self.lstm_horizon == 0:  # the LSTM restarts, as in the search
                 lstm_state = tuple(torch.zeros_like(s) for s in lstm_state)
@@ -141,7 +148,7 @@ class Learner:
             unroll_value = unroll_value + ce(step.value_logits, scalar_to_support(value_target[:, k], S)) * mask_value[:, k]
             unroll_policy = unroll_policy + policy_ce(step.policy_logits, k) * mask_policy[:, k]
             if t.consistency:
-                predicted = net.project(hidden, with_predictor=True)
+                predicted = self._project(hidden, with_predictor=True)
                 cosine = F.cosine_similarity(predicted, targets_proj[:, k - 1], dim=-1)
                 consistency_loss = consistency_loss - cosine * mask_cons[:, k - 1]
 

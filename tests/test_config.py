@@ -69,6 +69,7 @@ def test_overrides_and_round_trip():
     ("train.optimizer=rmsprop", r"train.optimizer must be 'sgd' or 'adam'"),
     ("train.entropy=tanh", r"train.entropy must be 'pre_squash' or 'squashed'"),
     ("train.policy_target=argmax", r"train.policy_target must be 'full' or 'best'"),
+    ("train.compile=max-autotune", r"train.compile must be 'none', 'default' or 'reduce-overhead'"),
     ("lr", r"bad --set 'lr': write key=value"),
 ])
 def test_bad_overrides_name_the_key(override, match):

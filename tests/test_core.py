@@ -4,6 +4,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from ez_robot.config import load_config
 from ez_robot.inference import TorchInference, run_search, search_config
@@ -105,6 +106,24 @@ def test_overfit_mdp_search_picks_optimal_action():
     out = run_search(TorchInference(net.eval()), np.eye(STATES, dtype=np.float32), greedy,
                      np.random.default_rng(0))
     np.testing.assert_array_equal(out.actions, np.arange(STATES) % 2)
+
+
+def test_compiled_learner_takes_the_eager_steps():
+    """train.compile: the step's network calls under torch.compile (CPU here, no CUDA graphs)
+    give the eager losses and weights, and the snapshots stay plain modules."""
+    eager, compiled = small_config(), small_config("train.compile=default")
+    net, replay, rng = setup(eager)
+    ref, context, targets = batch(eager, net, replay, rng)
+    learners = [Learner(copy.deepcopy(net), config, 100, torch.device("cpu")) for config in (eager, compiled)]
+    counters.clear()
+    for _ in range(3):
+        losses = [learner.step(context, targets, ref.weights)[0]["loss"] for learner in learners]
+        assert losses[1] == pytest.approx(losses[0], rel=1e-4)
+    for a, b in zip(learners[0].net.parameters(), learners[1].net.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] >= 3  # the three network calls went through dynamo
+    assert type(learners[1].target_net) is type(net)
+    assert set(learners[1].state_dict()["model"]) == set(net.state_dict())
 
 
 def test_policy_target_best_trains_towards_the_most_likely_action_alone():
