@@ -91,6 +91,9 @@ def session_options(preset: str = "latency", threads: int | None = None) -> ort.
     options.inter_op_num_threads = 1
     options.intra_op_num_threads = threads or (1 if preset == "latency" else os.cpu_count() or 1)
     options.log_severity_level = 3  # warnings about unused initializers are noise here
+    # subnormal floats (below 1.2e-38) cost the CPU an assist per operation, and trained
+    # weights drift into that range (ez_robot.device.set_threads): computed as zero
+    options.add_session_config_entry("session.set_denormal_as_zero", "1")
     return options
 
 
