@@ -9,10 +9,11 @@ from ez_robot.device import set_threads
 from ez_robot.errors import ConfigError
 
 PRODUCT = "import torch; x = torch.tensor([1e-39]); {setup}; print((x * 1.0).item())"
+FLUSHES = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64", "aarch64", "arm64"),
+                             reason="flushing subnormal floats needs SSE3 or AArch64")
 
 
-@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64", "aarch64", "arm64"),
-                    reason="flushing subnormal floats needs SSE3 or AArch64")
+@FLUSHES
 def test_set_threads_flushes_subnormal_floats_to_zero():
     """Weights that drift below 1.2e-38 made a CPU learner 7x slower; every process that
     calls set_threads computes with them as zero.  In a fresh interpreter each: without it
@@ -47,12 +48,13 @@ print(session.run(None, {{"x": np.full(4, 1e-39, np.float32)}})[0].max(), (torch
 """
 
 
+@FLUSHES
 @pytest.mark.parametrize("preset", ["latency", "throughput"])
 def test_onnxruntime_sessions_compute_subnormal_floats_as_zero(preset):
     """The onboard runtime's sessions and the trainers' onnxruntime searches flush them too.
     onnxruntime sets the calling thread's mode whenever it makes a session, so a session
     made without the setting turned torch's flushing off again in every trainer process
-    (the cheetah learner above stayed at ~110 steps/min with set_threads alone).  Fresh
+    (a cheetah_run learner stayed at ~110 steps/min with set_threads alone).  Fresh
     interpreters: (onnxruntime's product, torch's product after the session was made)."""
     def products(setup):
         code = ONNX_PRODUCT.format(setup="from ez_robot.device import set_threads; set_threads(1); " + setup)
