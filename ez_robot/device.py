@@ -1,11 +1,14 @@
 """Where a process computes: the torch device, and how many threads it uses."""
 from __future__ import annotations
 
+import os
+import shutil
+
 import torch
 
 from ez_robot.errors import ConfigError
 
-__all__ = ["resolve_device", "set_threads"]
+__all__ = ["resolve_device", "set_threads", "check_compile"]
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -41,3 +44,18 @@ def set_threads(threads: int) -> None:
         raise ConfigError(f"threads must be a whole number >= 1, got {threads!r}")
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)  # False where the CPU cannot (neither SSE3 nor AArch64): nothing to do
+
+
+def check_compile(mode: str, device: torch.device) -> None:
+    """Refuses ``train.compile`` on a CPU without a C++ compiler before a run starts: torch's
+    inductor builds C++ kernels for the CPU, and without a compiler the first training step
+    failed deep inside torch.  (On CUDA it writes Triton kernels and needs none.)"""
+    if mode == "none" or device.type != "cpu":
+        return
+    from torch._inductor import config as inductor
+
+    names = [name for name in (os.environ.get("CXX"), *inductor.cpp.cxx) if name]  # the ones inductor tries
+    if not any(shutil.which(name) for name in names):
+        raise ConfigError(f"train.compile={mode} on the CPU needs a C++ compiler ({' or '.join(dict.fromkeys(names))} "
+                          "on PATH; CXX names another): install one (e.g. apt install g++) or leave train.compile "
+                          "at none, which is as fast on a CPU (benchmarks/README.md)")

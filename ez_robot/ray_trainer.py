@@ -25,7 +25,7 @@ import torch
 
 from ez_robot.builders import env_spec, make_model
 from ez_robot.config import Config
-from ez_robot.device import resolve_device, set_threads
+from ez_robot.device import check_compile, resolve_device, set_threads
 from ez_robot.errors import ConfigError, EnvironmentFailed, TrainingAborted
 from ez_robot.ray_cluster import Placement, default_reanalyze_workers, init_ray
 from ez_robot.ray_workers import (STEPS_PER_REQUEST, LearnerWorker, Reanalyzer, ReplayWorker, SelfPlayWorker,
@@ -56,6 +56,8 @@ def train(config: Config, run_dir: Path | str, *, workers: int = 1, reanalyze_wo
     set_threads(threads)
     if gpus is None:
         gpus = torch.cuda.device_count() if resolve_device(device).type == "cuda" else 0
+    if address is None:  # the learner runs here (on a cluster, on a node this one cannot look at)
+        check_compile(config.train.compile, resolve_device(device))
     started = init_ray(address)
     try:  # SIGTERM interrupts as Ctrl-C does from here on, while the actors start too (tens of seconds)
         with interrupt_on_sigterm():

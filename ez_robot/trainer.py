@@ -16,7 +16,7 @@ from ez_robot._timing import Stopwatch, TimedInference
 from ez_robot.builders import EnvSpec, make_actor, make_envs, make_learner, make_replay
 from ez_robot.checkpoint import ReplayFiles
 from ez_robot.config import Config
-from ez_robot.device import resolve_device, set_threads
+from ez_robot.device import check_compile, resolve_device, set_threads
 from ez_robot.errors import ConfigError, TrainingAborted
 from ez_robot.evaluation import evaluate
 from ez_robot.inference import make_inference, search_config
@@ -225,6 +225,7 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
     if resume is not None:
         check_resumable(config, resume, run_dir, replay_checkpoint)
     replay_files = ReplayFiles(Path(run_dir) / "checkpoints" / "replay") if replay_checkpoint else None
+    check_compile(config.train.compile, resolve_device(device))
     run = _Run(config, resolve_device(device), num_envs, resume=resume, replay_files=replay_files)
     files = RunFiles(run_dir, config, resume_from=resume)
     c = run.counters

@@ -64,3 +64,28 @@ def test_onnxruntime_sessions_compute_subnormal_floats_as_zero(preset):
     assert products("options = ort.SessionOptions()") == pytest.approx((1e-39, 1e-39), rel=1e-3)
     assert products(f"from ez_robot.export.runtime import session_options; "
                     f"options = session_options({preset!r}, threads=1)") == (0.0, 0.0)
+
+
+def test_compile_on_a_cpu_without_a_cpp_compiler_is_refused_before_a_run_starts(monkeypatch, tmp_path):
+    """train.compile builds C++ kernels on a CPU; without a compiler both trainers refuse
+    the config with a ConfigError that says what to do, before anything is made."""
+    import torch
+
+    from ez_robot import ray_trainer, trainer
+    from ez_robot.config import load_config
+    from ez_robot.device import check_compile
+
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    check_compile("none", torch.device("cpu"))  # nothing to compile, nothing to refuse
+    check_compile("reduce-overhead", torch.device("cuda"))  # Triton kernels: no C++ compiler needed
+    with pytest.raises(ConfigError, match="needs a C\\+\\+ compiler"):
+        check_compile("default", torch.device("cpu"))
+    config = load_config("gym:CartPole-v1", budget=1000, overrides=["train.compile=default"])
+    for train in (trainer.train, ray_trainer.train):
+        with pytest.raises(ConfigError, match="leave train.compile at none"):
+            train(config, tmp_path / train.__module__, device="cpu", progress=False)
+        assert not (tmp_path / train.__module__).exists()
+    monkeypatch.setenv("CXX", "clang++")  # the compiler a user names, as inductor takes it
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}" if name == "clang++" else None)
+    check_compile("default", torch.device("cpu"))
