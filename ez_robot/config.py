@@ -210,16 +210,17 @@ class TrainConfig:
     dynamic_horizon_tau: float = 0.3
     """tau in l = clip(k - floor(age / (tau * T_total)), 1, k)."""
     value_target: str = "dynamic"
-    """dynamic: the paper's off-policy correction, every value target bootstraps after the
-    dynamic horizon l >= 1.  mixed (EfficientZero V2's): targets of data older than
-    ``mixed_window`` are the fresh search's root value of the position itself (l = 0), the
-    rest as ``dynamic``; before ``mixed_start`` all of them are."""
+    """dynamic: the paper's off-policy correction, every value target bootstraps from a fresh
+    search's root value after the dynamic horizon l >= 1.  mixed (EfficientZero V2's): the
+    k-step target with the target network's value prediction (no search) for every sample
+    before ``mixed_start`` and afterwards for data collected within ``mixed_window``; older
+    data takes the fresh search's root value of the position itself (l = 0)."""
     mixed_start: float = 0.4
-    """mixed: share of the training steps during which every value target is a search value
+    """mixed: share of the training steps before which every value target is the k-step one
     (EfficientZero V2 on DMC: 40k of 100k)."""
     mixed_window: float = 0.4
     """mixed: data collected within this share of the training steps of now counts as
-    recent and keeps the n-step target (EfficientZero V2 on DMC: the newest 20k of 50k
+    recent and keeps the k-step target (EfficientZero V2 on DMC: the newest 20k of 50k
     transitions)."""
     selfplay_update_interval: int = 100
     """Training steps between weight refreshes of the acting network."""

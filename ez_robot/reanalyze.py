@@ -61,13 +61,16 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
     policy = context.stored_policies.copy()
     candidates = None if context.stored_candidates is None else context.stored_candidates.copy()
     # --- stored search results (buffer reanalyze), where recent enough ---
-    if off_policy_correction:
-        value_cells = bootstrap & ~context.value_fresh
-        values[context.value_fresh] = context.searched_values[context.value_fresh]
-    else:  # ablation: bootstrap from the target network's value prediction, searched nowhere
-        value_cells = np.zeros_like(bootstrap)
-        values[bootstrap] = _predicted_values(inference, _bootstrap_observations(context, ref_segments, bootstrap),
-                                              max_search_batch)
+    # the target network's value prediction, searched nowhere: the ablation's every bootstrap,
+    # the mixed target's recent ones
+    by_network = bootstrap if not off_policy_correction else bootstrap & (
+        context.network_bootstrap if context.network_bootstrap is not None else False)
+    fresh = context.value_fresh & ~by_network
+    value_cells = bootstrap & ~fresh & ~by_network
+    values[fresh] = context.searched_values[fresh]
+    if by_network.any():
+        values[by_network] = _predicted_values(inference, _bootstrap_observations(context, ref_segments, by_network),
+                                               max_search_batch)
     stored_policy = policy_cells & context.policy_fresh
     policy[stored_policy] = context.searched_policies[stored_policy]
     if candidates is not None:
@@ -91,7 +94,7 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
         if candidates is not None:
             candidates[policy_cells] = out.candidates[num_value_roots:]
     value = context.value_partial + context.bootstrap_discount * np.where(bootstrap, values, 0.0)
-    num_stored = int((context.value_fresh & bootstrap).sum()) if off_policy_correction else 0
+    num_stored = int((fresh & bootstrap).sum())
     return Targets(value=value.astype(np.float32), policy=policy, searched_policy=policy_rows,
                    num_searches=len(roots), num_stored=num_stored + int(stored_policy.sum()),
                    candidates=candidates)

@@ -7,9 +7,10 @@ For each sampled move t and unroll index u in 0..K the learner needs:
 - value targets, the paper's off-policy correction (eq. 4):
       z_{t+u} = sum_{i<l} gamma^i u_{t+u+i} + gamma^l nu_{t+u+l},
   with the dynamic horizon l = clip(k - floor(age / (tau * T_total)), 1, k) and nu the
-  root value of a fresh search (EfficientZero V2's mixed target: l = 0 for old data, the
-  search value itself); this module computes the reward sums and where each
-  bootstrap comes from, :mod:`ez_robot.reanalyze` runs the searches;
+  root value of a fresh search (EfficientZero V2's mixed target: l = k and the target
+  network's value prediction for recent data and at the start, l = 0, the search value
+  itself, for old data); this module computes the reward sums and where each bootstrap
+  comes from, :mod:`ez_robot.reanalyze` runs the searches;
 - masks for what lies past the end of the episode: after termination the state is
   absorbing (value and rewards 0); after truncation there is no data, so those terms
   are masked out rather than guessed.
@@ -23,7 +24,7 @@ import numpy as np
 from ez_robot.policies import ActionSpec
 from ez_robot.replay import SampleRef
 
-__all__ = ["dynamic_horizon", "value_horizons", "BatchContext", "prepare_context"]
+__all__ = ["dynamic_horizon", "value_horizons", "network_bootstraps", "BatchContext", "prepare_context"]
 
 
 def dynamic_horizon(collected_at: np.ndarray, train_step: int, total_train_steps: int, td_steps: int,
@@ -36,19 +37,31 @@ def dynamic_horizon(collected_at: np.ndarray, train_step: int, total_train_steps
 def value_horizons(collected_at: np.ndarray, train_step: int, total_train_steps: int, train) -> np.ndarray:
     """l per sample for ``train`` (a :class:`ez_robot.config.TrainConfig`): k without the
     off-policy correction; ``dynamic_horizon`` (the paper); or, with
-    ``value_target=mixed`` (EfficientZero V2), 0 (the search value of the position itself)
-    for every sample before ``mixed_start`` and afterwards for data older than
-    ``mixed_window``, the dynamic horizon for the recent rest."""
+    ``value_target=mixed`` (EfficientZero V2), k for every sample before ``mixed_start``,
+    and afterwards k for data collected within ``mixed_window`` and 0 (the search value of
+    the position itself) for older data.  Where the target bootstraps from the network's
+    value instead of a search: :func:`network_bootstraps`."""
     collected_at = np.asarray(collected_at, np.int64)
     if not train.off_policy_correction:
         return np.full(len(collected_at), train.td_steps, np.int64)
-    horizons = dynamic_horizon(collected_at, train_step, total_train_steps, train.td_steps, train.dynamic_horizon_tau)
     if train.value_target == "mixed":
-        if train_step < train.mixed_start * total_train_steps:
-            return np.zeros_like(horizons)
-        recent = train_step - collected_at < train.mixed_window * total_train_steps
-        horizons = np.where(recent, horizons, 0)
-    return horizons
+        return np.where(network_bootstraps(collected_at, train_step, total_train_steps, train), train.td_steps, 0)
+    return dynamic_horizon(collected_at, train_step, total_train_steps, train.td_steps, train.dynamic_horizon_tau)
+
+
+def network_bootstraps(collected_at: np.ndarray, train_step: int, total_train_steps: int, train) -> np.ndarray:
+    """[B] bool: the value target bootstraps from the target network's value prediction of
+    o_{t+l} (no search).  Every sample without the off-policy correction; with
+    ``value_target=mixed`` (EfficientZero V2) every sample before ``mixed_start`` and the
+    recent ones after it; none with the paper's correction (a fresh search's root value)."""
+    collected_at = np.asarray(collected_at, np.int64)
+    if not train.off_policy_correction:
+        return np.ones(len(collected_at), bool)
+    if train.value_target != "mixed":
+        return np.zeros(len(collected_at), bool)
+    if train_step < train.mixed_start * total_train_steps:
+        return np.ones(len(collected_at), bool)
+    return train_step - collected_at < train.mixed_window * total_train_steps
 
 
 @dataclass
@@ -98,17 +111,22 @@ class BatchContext:
     bootstrap_self: "np.ndarray | None" = None
     """[B, K + 1] bool z_{t+u} is the search value of o_{t+u} itself (l = 0): one search of
     o_{t+u} gives both its value and its policy target."""
+    network_bootstrap: "np.ndarray | None" = None
+    """[B, K + 1] bool z_{t+u} bootstraps from the target network's value prediction of
+    its bootstrap observation, not from a search (:func:`network_bootstraps`)."""
 
 
 def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
                     lstm_horizon: int, num_actions: "int | ActionSpec", rng: np.random.Generator,
-                    search_from: int | None = None) -> BatchContext:
+                    search_from: int | None = None, network_bootstrap: np.ndarray | None = None) -> BatchContext:
     """Gathers observations, actions and the reward parts of every target.
 
     ``num_actions``: A, or the run's :class:`ez_robot.policies.ActionSpec` (the sampled
     modes store action vectors and policies over candidates).
 
     ``horizons`` [B] is l per sample (``value_horizons``); l = 0: z is the bootstrap itself.
+    ``network_bootstrap`` [B] bool: samples that bootstrap from the network's value
+    prediction instead of a search (``network_bootstraps``; ``None``: none).
     ``search_from``: stored search results (:class:`ez_robot.replay.SearchResults`) made
     by a target network of this version or later are fresh enough to use; ``None`` uses
     none (the paper's batch reanalyze searches everything)."""
@@ -180,6 +198,9 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
                 stored_values[b, u] = segment.root_values[pos + horizon]
                 if search is not None:
                     searched_values[b, u], value_fresh[b, u] = search.values[pos + horizon], True
+    by_network = np.zeros((batch, K + 1), bool) if network_bootstrap is None \
+        else (boot_index >= 0) & np.asarray(network_bootstrap, bool)[:, None]
     return BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
                         policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
-                        searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self)
+                        searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self,
+                        by_network)

@@ -27,7 +27,7 @@ from ez_robot.run_files import RunFiles
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, next_eval_after, priority_beta,
                                 replay_shortfall, temperature_at, total_train_steps, train_steps_due)
 from ez_robot.session import Session, interrupt_on_sigterm
-from ez_robot.targets import prepare_context, value_horizons
+from ez_robot.targets import network_bootstraps, prepare_context, value_horizons
 
 __all__ = ["train", "sample_batch", "check_resumable", "replay_moves_at"]
 
@@ -180,7 +180,8 @@ def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, action:
     searched = search_config(config)
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
                               lstm_horizon=searched.lstm_horizon, num_actions=action, rng=rng,
-                              search_from=fresh_from(config, target_version, replay.swept_round))
+                              search_from=fresh_from(config, target_version, replay.swept_round),
+                              network_bootstrap=network_bootstraps(collected, train_steps, total, t))
     return ref, context
 
 

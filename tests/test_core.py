@@ -216,6 +216,44 @@ def test_ablation_off_policy_correction_off_bootstraps_from_predicted_values():
     assert targets_on.num_searches == int((context_on.bootstrap_index >= 0).sum()) > 0
 
 
+def test_mixed_value_target_bootstraps_recent_data_from_the_network_and_old_data_from_a_search():
+    """train.value_target=mixed (EfficientZero V2): recent samples get the k-step target with
+    the target network's predicted value (no search); old ones the search value of the
+    position itself (l = 0), one search per such cell."""
+    from ez_robot.targets import network_bootstraps, value_horizons
+
+    config = small_config("train.value_target=mixed", "train.reanalyze_policy_ratio=0")
+    t, searched = config.train, search_config(config)
+    net, replay, rng = setup(config)
+    target_net = copy.deepcopy(net).eval()
+    with torch.no_grad():  # a value head whose predictions differ between observations
+        torch.nn.init.normal_(target_net.value_head[-1].weight, std=0.5)
+    ref = replay.sample(t.batch_size, 0.4, rng)
+    collected = np.where(np.arange(t.batch_size) % 2 == 0, 990, 0)  # at step 1000 of 1000: even recent, odd old
+    horizons, network = value_horizons(collected, 1000, 1000, t), network_bootstraps(collected, 1000, 1000, t)
+    np.testing.assert_array_equal(network, np.arange(t.batch_size) % 2 == 0)
+    np.testing.assert_array_equal(horizons, np.where(network, t.td_steps, 0))
+    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
+                              lstm_horizon=searched.lstm_horizon, num_actions=ACTIONS, rng=rng,
+                              network_bootstrap=network)
+    inference = TorchInference(target_net)
+    targets = reanalyze(context, ref.segments, inference, searched, rng, policy_ratio=0.0, off_policy_correction=True)
+    cells = context.bootstrap_index >= 0
+    by_network, by_search = cells & network[:, None], cells & ~network[:, None]
+    assert by_network.any() and by_search.any()
+    assert targets.num_searches == int(by_search.sum())  # nothing searched for the recent samples
+    observations = lambda mask: np.stack([ref.segments[b].observation(int(context.bootstrap_index[b, u]))
+                                          for b, u in zip(*np.nonzero(mask))])
+    predicted = inference.root(observations(by_network)).value
+    np.testing.assert_allclose(targets.value[by_network], context.value_partial[by_network]
+                               + context.bootstrap_discount[by_network] * predicted, rtol=1e-5, atol=1e-5)
+    # old samples: z is the search's root value of o_{t+u} itself, not the network's prediction
+    assert (context.value_partial[by_search] == 0).all() and (context.bootstrap_discount[by_search] == 1).all()
+    np.testing.assert_array_equal(context.bootstrap_index[by_search], np.array(
+        [ref.positions[b] + u for b, u in zip(*np.nonzero(by_search))]))
+    assert not np.allclose(targets.value[by_search], inference.root(observations(by_search)).value, atol=1e-3)
+
+
 def test_non_finite_loss_stops_before_the_weights_change():
     config = small_config()
     net, replay, rng = setup(config)

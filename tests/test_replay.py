@@ -4,7 +4,7 @@ import pytest
 
 from ez_robot.config import ConfigError, ReplayConfig, load_config
 from ez_robot.replay import ReplayBuffer, Segment
-from ez_robot.targets import dynamic_horizon, prepare_context, value_horizons
+from ez_robot.targets import dynamic_horizon, network_bootstraps, prepare_context, value_horizons
 
 A = 3
 
@@ -42,20 +42,27 @@ def test_dynamic_horizon_fresh_and_stale():
 
 
 def test_mixed_value_target_horizons_by_hand():
-    # k = 5, tau = 0.3, T_total = 1000; mixed: all search values before step 400, then the
-    # data older than 400 steps gets l = 0 and the recent rest the dynamic horizon
-    def horizons(value_target, step, collected, *more):
+    # k = 5, tau = 0.3, T_total = 1000; mixed (EfficientZero V2): every target the k-step one
+    # with the network's value before step 400, then data older than 400 steps gets l = 0
+    # (the search value of the position) and the recent rest the k-step target
+    def horizons(value_target, step, collected, *more, of=value_horizons):
         train = load_config("gym:CartPole-v1", overrides=[
             "train.td_steps=5", "train.dynamic_horizon_tau=0.3", f"train.value_target={value_target}",
             "train.mixed_start=0.4", "train.mixed_window=0.4", *more]).train
-        return value_horizons(np.array(collected), step, 1000, train)
+        return of(np.array(collected), step, 1000, train)
 
     collected = [1000, 700, 601, 599, 0]
     np.testing.assert_array_equal(horizons("dynamic", 1000, collected), [5, 4, 4, 4, 2])
-    np.testing.assert_array_equal(horizons("mixed", 1000, collected), [5, 4, 4, 0, 0])
-    np.testing.assert_array_equal(horizons("mixed", 399, [399, 0]), [0, 0])
-    np.testing.assert_array_equal(horizons("mixed", 400, [399, 1, 0]), [5, 4, 0])
+    np.testing.assert_array_equal(horizons("dynamic", 1000, collected, of=network_bootstraps), [False] * 5)
+    np.testing.assert_array_equal(horizons("mixed", 1000, collected), [5, 5, 5, 0, 0])
+    np.testing.assert_array_equal(horizons("mixed", 1000, collected, of=network_bootstraps),
+                                  [True, True, True, False, False])
+    np.testing.assert_array_equal(horizons("mixed", 399, [399, 0]), [5, 5])
+    np.testing.assert_array_equal(horizons("mixed", 399, [399, 0], of=network_bootstraps), [True, True])
+    np.testing.assert_array_equal(horizons("mixed", 400, [399, 1, 0]), [5, 5, 0])
     np.testing.assert_array_equal(horizons("dynamic", 1000, collected, "train.off_policy_correction=false"), [5] * 5)
+    np.testing.assert_array_equal(horizons("dynamic", 1000, collected, "train.off_policy_correction=false",
+                                           of=network_bootstraps), [True] * 5)
     with pytest.raises(ConfigError, match="off_policy_correction"):
         horizons("mixed", 1000, collected, "train.off_policy_correction=false")
     with pytest.raises(ConfigError, match="value_target"):
