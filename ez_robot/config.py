@@ -235,6 +235,12 @@ class TrainConfig:
     ``pre_squash``, the Gaussian before tanh (closed form, unbounded: it rewards stds that
     pile the actions onto the bounds), or ``squashed``, that of the actions in [-1, 1]
     (EfficientZero V2's; bounded by dims x log 2)."""
+    step_weights: str = "muzero"
+    """How the loss weighs the unroll's steps.  ``muzero``: the root step's value and policy
+    terms in full, the K unrolled steps' terms (value, policy, value prefix, consistency)
+    each 1/K (MuZero's pseudocode).  ``paper``: every step 1/K, the root's terms included:
+    L = (1/K) sum_i L_{t+i}, EfficientZero's appendix equation and its released code, which
+    gives the unrolled model K times the relative weight."""
     policy_target: str = "full"
     """What the policy is trained towards: ``full``, the search's whole output policy (visit
     counts, or the improved policy over the sampled candidates: -sum_i pi'(a_i) log pi(a_i));
@@ -277,6 +283,7 @@ class TrainConfig:
             ("entropy_coef", self.entropy_coef >= 0, ">= 0"),
             ("entropy", self.entropy in ("pre_squash", "squashed"), "'pre_squash' or 'squashed'"),
             ("policy_target", self.policy_target in ("full", "best"), "'full' or 'best'"),
+            ("step_weights", self.step_weights in ("muzero", "paper"), "'muzero' or 'paper'"),
             ("value_loss_coef", self.value_loss_coef >= 0, ">= 0"),
             ("consistency_loss_coef", self.consistency_loss_coef >= 0, ">= 0"),
             ("reanalyze_policy_ratio", 0.0 <= self.reanalyze_policy_ratio <= 1.0, "in [0, 1]"),

@@ -1,7 +1,8 @@
 """The learner: EfficientZero's loss and one SGD step.
 
-Per sample, with K unroll steps (paper eq. 5 and appendix):
-    L = L_0 + (1/K) sum_{k=1..K} L_k
+Per sample, with K unroll steps:
+    L = L_0 + (1/K) sum_{k=1..K} L_k          (train.step_weights=muzero, the default)
+    L = (1/K) sum_{k=0..K} L_k                (=paper: the appendix's equation, as its code)
     L_u = lambda_1 CE(pi_{t+u}, p_u) + lambda_2 CE(z_{t+u}, v_u)            (u = 0..K)
         + CE(value prefix_{t+u}, r_u) + lambda_3 (-cos(P(G^u(s)), sg(proj(H(o_{t+u})))))   (u >= 1)
 weighted by the replay's importance-sampling weights.  The gradient entering the
@@ -152,7 +153,8 @@ class Learner:
                 cosine = F.cosine_similarity(predicted, targets_proj[:, k - 1], dim=-1)
                 consistency_loss = consistency_loss - cosine * mask_cons[:, k - 1]
 
-        per_sample = (t.value_loss_coef * value_loss + t.policy_loss_coef * policy_loss
+        root_weight = 1.0 / K if t.step_weights == "paper" else 1.0  # the root step's value and policy terms
+        per_sample = (root_weight * (t.value_loss_coef * value_loss + t.policy_loss_coef * policy_loss)
                       + (vp_loss + t.value_loss_coef * unroll_value + t.policy_loss_coef * unroll_policy
                          + t.consistency_loss_coef * consistency_loss) / K)
         loss = (w * per_sample).mean()

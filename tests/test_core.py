@@ -7,6 +7,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from ez_robot.config import load_config
+from ez_robot.errors import ConfigError
 from ez_robot.inference import TorchInference, run_search, search_config
 from ez_robot.learner import Learner, augment
 from ez_robot.networks import make_network
@@ -124,6 +125,26 @@ def test_compiled_learner_takes_the_eager_steps():
     assert counters["stats"]["unique_graphs"] >= 3  # the three network calls went through dynamo
     assert type(learners[1].target_net) is type(net)
     assert set(learners[1].state_dict()["model"]) == set(net.state_dict())
+
+
+def test_paper_step_weights_average_the_root_step_with_the_unrolled_ones():
+    """train.step_weights=paper: L = (1/K) sum_k L_k, where the default (MuZero's) takes the
+    root step's value and policy terms in full: the two losses differ by exactly
+    (1 - 1/K) of the root terms, and nothing else changes."""
+    muzero, paper = small_config(), small_config("train.step_weights=paper")
+    net, replay, rng = setup(muzero)
+    ref, context, targets = batch(muzero, net, replay, rng)
+    weights = np.ones_like(ref.weights)  # the metrics' root losses are unweighted means
+    first = [Learner(copy.deepcopy(net), config, 100, torch.device("cpu")).step(context, targets, weights)[0]
+             for config in (muzero, paper)]
+    t, K = muzero.train, muzero.train.unroll_steps
+    root = t.value_loss_coef * first[0]["value_loss"] + t.policy_loss_coef * first[0]["policy_loss"]
+    assert root > 0
+    assert first[0]["loss"] - first[1]["loss"] == pytest.approx((1 - 1 / K) * root, rel=1e-5)
+    for key in ("value_loss", "policy_loss", "value_prefix_loss", "consistency_loss"):
+        assert first[1][key] == pytest.approx(first[0][key], rel=1e-6), key
+    with pytest.raises(ConfigError, match="step_weights"):
+        small_config("train.step_weights=equal")
 
 
 def test_policy_target_best_trains_towards_the_most_likely_action_alone():
