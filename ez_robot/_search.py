@@ -64,6 +64,11 @@ class SearchConfig:
     proposal_correction: bool = True
     """Sampled modes: the prior over candidates is beta_hat / beta * pi (Sampled MuZero);
     off: beta_hat alone (uniform over distinct candidates, as EfficientZero V2)."""
+    candidate_bound: float = 1.0
+    """Gaussian mode: candidates are clipped to [-bound, bound]; 1 clips nothing beyond tanh.
+    EfficientZero V2 clips to 0.999, where atanh (3.8) stays within the soft-clamped mean's
+    reach (5): a policy can then fit a candidate at the bounds with its mean, where one drawn
+    from the widened proposal (atanh up to 7.25 in float32) pulls its std up instead."""
     c_visit: float = 50.0
     """Sampled modes (Gumbel search): sigma(q) = (c_visit + max_b N(b)) c_scale q."""
     c_scale: float = 0.1
@@ -83,7 +88,7 @@ class SearchConfig:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"SearchConfig.{name} must be an int, got {value!r}")
         for name in ("c1", "c2", "discount", "dirichlet_alpha", "dirichlet_fraction", "temperature",
-                     "min_max_epsilon", "wide_scale", "c_visit", "c_scale"):
+                     "min_max_epsilon", "wide_scale", "c_visit", "c_scale", "candidate_bound"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
                 raise ValueError(f"SearchConfig.{name} must be a finite number, got {value!r}")
@@ -101,6 +106,7 @@ class SearchConfig:
             ("root_policy_samples", 0 <= self.root_policy_samples <= self.num_candidates,
              f"in [0, num_candidates = {self.num_candidates}]"),
             ("wide_scale", self.wide_scale > 0, "> 0"),
+            ("candidate_bound", 0.0 < self.candidate_bound <= 1.0, "in (0, 1]"),
             ("c_visit", self.c_visit >= 0, ">= 0"),
             ("c_scale", self.c_scale > 0, "> 0"),
         ]
@@ -251,7 +257,7 @@ def _sampled_search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchC
         raise ValueError("search needs B >= 1 roots")
     greedy = not config.add_noise
     sample = functools.partial(sample_candidates, spec, count=count, rng=rng, wide_scale=config.wide_scale,
-                               correction=config.proposal_correction)
+                               correction=config.proposal_correction, bound=config.candidate_bound)
     candidates, logits = sample(params, root=True, policy_samples=config.root_policy_samples,
                                 include_mode=greedy)
     gumbel = None if greedy else rng.gumbel(size=(batch, count)).astype(np.float32)

@@ -222,13 +222,15 @@ def _merge_duplicates(actions: np.ndarray) -> np.ndarray:
 
 def sample_candidates(spec: ActionSpec, params: np.ndarray, count: int, rng: np.random.Generator, *,
                       root: bool, policy_samples: int | None = None, wide_scale: float = 3.0,
-                      correction: bool = True, include_mode: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                      correction: bool = True, include_mode: bool = False,
+                      bound: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """Draws ``count`` candidate actions per policy and their prior logits for the tree.
 
     ``params`` [B, P] are policy-head outputs.  At the root ``policy_samples`` of the draws
     come from the policy and the rest from its widened version (``wide_scale``); below the
     root all come from the policy.  ``include_mode`` replaces the first draw with the most
-    likely action (greedy evaluation).  Returns (actions [B, K, D] float32, logits [B, K]
+    likely action (greedy evaluation).  ``bound`` < 1 clips Gaussian candidates to
+    [-bound, bound] (EfficientZero V2: 0.999).  Returns (actions [B, K, D] float32, logits [B, K]
     float32): log(beta_hat / beta * pi) of each candidate (with ``correction``; else log
     beta_hat), -inf at the later copies of a duplicate (factorized)."""
     if not spec.sampled:
@@ -242,6 +244,8 @@ def sample_candidates(spec: ActionSpec, params: np.ndarray, count: int, rng: np.
                               _draw(spec, params, count - own, wide_scale, rng)], axis=1)
     if include_mode:
         actions[:, 0] = mode_action(spec, params)
+    if spec.mode == "gaussian" and bound < 1.0:
+        actions = np.clip(actions, -bound, bound)
     counts = _merge_duplicates(actions) if spec.mode == "factorized" else np.ones(actions.shape[:2], np.int64)
     with np.errstate(divide="ignore"):
         logits = np.log(counts / count)

@@ -75,6 +75,23 @@ def test_the_greedy_root_includes_the_most_likely_action():
         np.testing.assert_array_equal(actions[:, 0], mode_action(spec, params))
 
 
+def test_a_candidate_bound_clips_gaussian_candidates_and_nothing_else():
+    """search.candidate_bound (EfficientZero V2: 0.999): the widened draws that tanh puts at
+    +-1 land on the bound; the same draws otherwise, and factorized bins untouched."""
+    params = policy_params(GAUSSIAN, 4)
+    params[:, GAUSSIAN.dims:] = 3.0  # wide stds: most widened draws saturate at +-1
+    draw = lambda spec, p, bound: sample_candidates(spec, p, 16, np.random.default_rng(8), root=True,
+                                                    policy_samples=4, bound=bound)
+    free, clipped = draw(GAUSSIAN, params, 1.0)[0], draw(GAUSSIAN, params, 0.999)[0]
+    assert (np.abs(free) >= 0.999).mean() > 0.3 and np.abs(clipped).max() <= np.float32(0.999)
+    np.testing.assert_array_equal(clipped, np.clip(free, -0.999, 0.999))
+    factorized = policy_params(FACTORIZED, 4)
+    np.testing.assert_array_equal(draw(FACTORIZED, factorized, 0.5)[0], draw(FACTORIZED, factorized, 1.0)[0])
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="candidate_bound"):
+            SearchConfig(candidate_bound=bad)
+
+
 @pytest.mark.parametrize("spec", [GAUSSIAN, FACTORIZED], ids=["gaussian", "factorized"])
 def test_numpy_and_torch_densities_agree(spec):
     """The runtime samples with numpy, the learner's loss uses torch: one density."""
