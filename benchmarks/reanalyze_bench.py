@@ -73,7 +73,7 @@ def main():
                                       num_actions=actions, rng=rng)
             middle = time.perf_counter()
             targets = reanalyze(context, ref.segments, inference, searched, rng,
-                                policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
+                                policy_ratio=t.reanalyze_policy_ratio)
             end = time.perf_counter()
         print(f"| {label} | {batch} | {targets.num_searches} | {1000 * (middle - start):.1f} | {end - middle:.2f} "
               f"| {targets.num_searches / (end - middle):,.0f} |", flush=True)

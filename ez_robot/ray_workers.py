@@ -283,8 +283,7 @@ class Reanalyzer:
         t = self.config.train
         with self.stopwatch("reanalyze"):
             targets = reanalyze(sample.context, sample.observations, self.inference, self.search_config, self.rng,
-                                policy_ratio=t.reanalyze_policy_ratio,
-                                off_policy_correction=t.off_policy_correction)
+                                policy_ratio=t.reanalyze_policy_ratio)
         return _Prepared(sample.context, targets, sample.weights, sample.segment_ids, sample.positions,
                          self.stopwatch.take())
 
@@ -424,7 +423,7 @@ class LearnerWorker:
         t = self.config.train
         with self.stopwatch("reanalyze"):
             targets = reanalyze(sample.context, sample.observations, self.target_inference, self.search_config, self.rng,
-                                policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=t.off_policy_correction)
+                                policy_ratio=t.reanalyze_policy_ratio)
         return _Prepared(sample.context, targets, sample.weights, sample.segment_ids, sample.positions, {})
 
     def _from_reanalyzers(self) -> _Prepared | None:

@@ -50,7 +50,7 @@ class Targets:
 
 
 def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInference, search_config: SearchConfig,
-              rng: np.random.Generator, *, policy_ratio: float, off_policy_correction: bool,
+              rng: np.random.Generator, *, policy_ratio: float,
               max_search_batch: int = 1024) -> Targets:
     batch = context.observations.shape[0]
     bootstrap = context.bootstrap_index >= 0  # [B, K + 1]
@@ -63,8 +63,7 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
     # --- stored search results (buffer reanalyze), where recent enough ---
     # the target network's value prediction, searched nowhere: the ablation's every bootstrap,
     # the mixed target's recent ones
-    by_network = bootstrap if not off_policy_correction else bootstrap & (
-        context.network_bootstrap if context.network_bootstrap is not None else False)
+    by_network = bootstrap & (context.network_bootstrap if context.network_bootstrap is not None else False)
     fresh = context.value_fresh & ~by_network
     value_cells = bootstrap & ~fresh & ~by_network
     values[fresh] = context.searched_values[fresh]

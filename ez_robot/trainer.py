@@ -121,7 +121,7 @@ class _Run:
                                         self.rng, target_version=self.learner.versions["target"])
         with self.stopwatch("reanalyze"):
             targets = reanalyze(context, ref.segments, self.target_inference, self.search_config, self.rng,
-                                policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=t.off_policy_correction)
+                                policy_ratio=t.reanalyze_policy_ratio)
         with self.stopwatch("learner"):
             metrics, priorities = self.learner.step(context, targets, ref.weights)
         self.replay.update_priorities(ref.segment_ids, ref.positions, priorities)

@@ -13,7 +13,7 @@ from ez_robot.learner import Learner, augment
 from ez_robot.networks import make_network
 from ez_robot.reanalyze import reanalyze
 from ez_robot.replay import ReplayBuffer, Segment
-from ez_robot.targets import prepare_context
+from ez_robot.targets import network_bootstraps, prepare_context
 
 STATES, ACTIONS, EPISODE = 4, 2, 8
 
@@ -52,12 +52,13 @@ def batch(config, net, replay, rng, target_net=None):
     t = config.train
     searched = search_config(config)
     ref = replay.sample(t.batch_size, 0.4, rng)
+    collected = np.zeros(t.batch_size, np.int64)  # the samples' collection step: what the config's target reads
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.full(t.batch_size, t.td_steps),
                               discount=searched.discount, lstm_horizon=searched.lstm_horizon,
-                              num_actions=ACTIONS, rng=rng)
+                              num_actions=ACTIONS, rng=rng,
+                              network_bootstrap=network_bootstraps(collected, 0, 1000, t))
     inference = TorchInference((target_net or copy.deepcopy(net)).eval())
-    targets = reanalyze(context, ref.segments, inference, searched, rng, policy_ratio=t.reanalyze_policy_ratio,
-                        off_policy_correction=t.off_policy_correction)
+    targets = reanalyze(context, ref.segments, inference, searched, rng, policy_ratio=t.reanalyze_policy_ratio)
     return ref, context, targets
 
 
@@ -241,7 +242,7 @@ def test_mixed_value_target_bootstraps_recent_data_from_the_network_and_old_data
     """train.value_target=mixed (EfficientZero V2): recent samples get the k-step target with
     the target network's predicted value (no search); old ones the search value of the
     position itself (l = 0), one search per such cell."""
-    from ez_robot.targets import network_bootstraps, value_horizons
+    from ez_robot.targets import value_horizons
 
     config = small_config("train.value_target=mixed", "train.reanalyze_policy_ratio=0")
     t, searched = config.train, search_config(config)
@@ -258,7 +259,7 @@ def test_mixed_value_target_bootstraps_recent_data_from_the_network_and_old_data
                               lstm_horizon=searched.lstm_horizon, num_actions=ACTIONS, rng=rng,
                               network_bootstrap=network)
     inference = TorchInference(target_net)
-    targets = reanalyze(context, ref.segments, inference, searched, rng, policy_ratio=0.0, off_policy_correction=True)
+    targets = reanalyze(context, ref.segments, inference, searched, rng, policy_ratio=0.0)
     cells = context.bootstrap_index >= 0
     by_network, by_search = cells & network[:, None], cells & ~network[:, None]
     assert by_network.any() and by_search.any()

@@ -32,7 +32,7 @@ def targets_for(config, replay, search_from, seed=3):
                               lstm_horizon=config.search.lstm_horizon, num_actions=ACTIONS, rng=rng,
                               search_from=search_from)
     return reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, rng,
-                     policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
+                     policy_ratio=t.reanalyze_policy_ratio)
 
 
 def test_stored_results_give_the_targets_a_fresh_search_gives():
@@ -65,7 +65,7 @@ def test_a_zero_horizon_target_is_the_search_value_of_the_position_itself():
                               discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
                               num_actions=ACTIONS, rng=rng, search_from=400)
     targets = reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, rng,
-                        policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
+                        policy_ratio=t.reanalyze_policy_ratio)
     expected = np.zeros_like(targets.value)
     for b, (segment_id, t0) in enumerate(zip(ref.segment_ids, ref.positions)):
         for u in range(t.unroll_steps + 1):
@@ -85,10 +85,10 @@ def test_batch_reanalyze_searches_a_zero_horizon_cell_once_for_its_value_and_pol
                               discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
                               num_actions=ACTIONS, rng=np.random.default_rng(4))
     once = reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, np.random.default_rng(5),
-                     policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
+                     policy_ratio=t.reanalyze_policy_ratio)
     context.bootstrap_self = None  # every bootstrap searched on its own, as before
     twice = reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, np.random.default_rng(5),
-                      policy_ratio=t.reanalyze_policy_ratio, off_policy_correction=True)
+                      policy_ratio=t.reanalyze_policy_ratio)
     bootstraps, policy_cells = (context.bootstrap_index >= 0).sum(), \
         (context.mask_policy.astype(bool) & once.searched_policy[:, None]).sum()
     shared = ((context.bootstrap_index >= 0) & context.mask_policy.astype(bool) & once.searched_policy[:, None]).sum()
