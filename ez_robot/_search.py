@@ -55,6 +55,10 @@ class SearchConfig:
     """Soft min-max threshold for Q normalization."""
     num_candidates: int = 16
     """Sampled action modes: candidate actions drawn at each expanded node (K)."""
+    interior_candidates: int = 0
+    """Sampled modes: candidates drawn at each node below the root; 0 means ``num_candidates``
+    (the EfficientZero V2 paper: 16 everywhere).  V2's released code draws 2 there, which
+    narrows the tree below the root and lets 32 simulations look deeper."""
     root_policy_samples: int = 4
     """Sampled modes: root candidates drawn from the policy; the others come from the
     policy widened by ``wide_scale`` (below the root all come from the policy)."""
@@ -83,7 +87,7 @@ class SearchConfig:
     def __post_init__(self):
         if isinstance(self.num_simulations, bool) or not isinstance(self.num_simulations, (int, np.integer)):
             raise TypeError(f"SearchConfig.num_simulations must be an int, got {self.num_simulations!r}")
-        for name in ("num_candidates", "root_policy_samples"):
+        for name in ("num_candidates", "root_policy_samples", "interior_candidates"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 raise TypeError(f"SearchConfig.{name} must be an int, got {value!r}")
@@ -105,6 +109,8 @@ class SearchConfig:
             ("num_candidates", 1 <= self.num_candidates <= 1024, "in [1, 1024]"),
             ("root_policy_samples", 0 <= self.root_policy_samples <= self.num_candidates,
              f"in [0, num_candidates = {self.num_candidates}]"),
+            ("interior_candidates", 0 <= self.interior_candidates <= self.num_candidates,
+             f"in [0, num_candidates = {self.num_candidates}] (0: num_candidates)"),
             ("wide_scale", self.wide_scale > 0, "> 0"),
             ("candidate_bound", 0.0 < self.candidate_bound <= 1.0, "in (0, 1]"),
             ("c_visit", self.c_visit >= 0, ">= 0"),
@@ -243,7 +249,8 @@ def _sampled_search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchC
     """Gumbel search over sampled candidates (EfficientZero V2; Danihelka et al. 2022).
 
     Every expanded node gets K candidates drawn from its policy outputs
-    (:func:`ez_robot.policies.sample_candidates`); the tree keeps their indices as its
+    (:func:`ez_robot.policies.sample_candidates`; ``interior_candidates`` of them below the
+    root, the other child slots masked with a -inf logit); the tree keeps their indices as its
     children and this driver keeps the action vectors in a pool laid out like the hidden
     states (row ``node * B + b``).  With root noise on (training) the root draws Gumbel
     noise and acts on the candidate sequential halving keeps; without (evaluation) it
@@ -253,6 +260,7 @@ def _sampled_search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchC
         raise ValueError(f"root.policy_logits must have shape [B, {spec.policy_size}] for {spec.describe()}, "
                          f"got {params.shape}")
     batch, count = params.shape[0], config.num_candidates
+    interior = config.interior_candidates or count
     if batch == 0:
         raise ValueError("search needs B >= 1 roots")
     greedy = not config.add_noise
@@ -283,9 +291,11 @@ def _sampled_search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchC
         if step_params.shape != (batch, spec.policy_size):
             raise ValueError(f"recurrent_fn returned policy outputs of shape {step_params.shape}, expected "
                              f"{(batch, spec.policy_size)}")
-        new_candidates, new_logits = sample(step_params, root=False)
+        new_candidates, new_logits = sample(step_params, root=False, count=interior)
         start = (simulation + 1) * batch
-        action_pool[start:start + batch] = new_candidates
+        action_pool[start:start + batch, :interior] = new_candidates
+        if interior < count:  # the tree's other child slots hold no candidate: masked
+            new_logits = np.concatenate([new_logits, np.full((batch, count - interior), -np.inf, np.float32)], axis=1)
         tree.expand_and_backup(_as_float32(value_prefix, "value_prefix"), _as_float32(value, "value"), new_logits)
 
     chosen = tree.best_actions(gumbel=not greedy)

@@ -260,3 +260,42 @@ def test_on_a_bandit_the_search_picks_the_best_candidate():
     np.testing.assert_array_equal(out.actions, out.candidates[np.arange(batch), distance.argmin(axis=1)])
     assert len({tuple(a) for a in out.candidates[:, 1].round(5)}) == batch  # rows drew their own candidates
     assert len({tuple(a) for a in out.actions.round(5)}) > 1  # and the best is not always the mode
+
+
+def test_interior_candidates_bound_the_children_below_the_root_only():
+    """search.interior_candidates (EfficientZero V2's code: 2): each node below the root
+    expands at most that many distinct actions, the root keeps all K, and the narrower
+    tree reaches deeper with the same simulations."""
+    spec = ActionSpec("gaussian", dims=2)
+    batch = 3
+
+    def run(interior):
+        applied = {}  # parent node id -> the distinct actions searched from it
+        counter = [batch]
+
+        def recurrent_fn(node, actions, reset_mask):  # the hidden state is a unique node id
+            for parent, action in zip(node[:, 0], np.asarray(actions)):
+                applied.setdefault(int(parent), set()).add(tuple(action.round(6)))
+            ids = np.arange(counter[0], counter[0] + len(actions), dtype=np.float32)[:, None]
+            counter[0] += len(actions)
+            zeros = np.zeros(len(actions), np.float32)
+            return ids, zeros + 0.1, zeros, np.zeros((len(actions), 4), np.float32)
+
+        from ez_robot._search import RootOutput
+
+        root = RootOutput(hidden=np.arange(batch, dtype=np.float32)[:, None], value_prefix=np.zeros(batch, np.float32),
+                          value=np.zeros(batch, np.float32), policy_logits=np.zeros((batch, 4), np.float32))
+        config = SearchConfig(num_simulations=32, num_candidates=16, interior_candidates=interior, add_noise=False,
+                              discount=0.99, lstm_horizon=1, proposal_correction=False)
+        out = search(root, recurrent_fn, config, np.random.default_rng(3), action_spec=spec)
+        roots = [len(applied[b]) for b in range(batch)]
+        below = max(len(actions) for parent, actions in applied.items() if parent >= batch)
+        return roots, below, float(np.mean(out.mean_depth))
+
+    roots_all, below_all, depth_all = run(0)
+    roots_two, below_two, depth_two = run(2)
+    assert roots_two == roots_all == [16] * batch  # 32 simulations try every root candidate
+    assert below_two == 2 < below_all
+    assert depth_two > depth_all
+    with pytest.raises(ValueError, match="interior_candidates"):
+        SearchConfig(num_candidates=8, interior_candidates=9)
