@@ -139,7 +139,10 @@ def _user_errors():
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Torch threads.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet):
+@click.option("--set", "overrides", multiple=True, metavar="search.KEY=VALUE",
+              help="Change a search setting for this evaluation (repeatable), e.g. "
+                   "--set search.num_simulations=8; the networks and the env stay the run's.")
+def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet, overrides):
     """Evaluate a trained run with greedy search in eval-mode envs; writes RUN_DIR/eval.json."""
     from ez_robot.evaluation import evaluate_run
 
@@ -149,7 +152,7 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet)
         raise click.UsageError(f"--video must be >= 0, got {video}")
     with _user_errors():
         result = evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video,
-                              device=device, progress=not quiet, threads=threads)
+                              device=device, progress=not quiet, threads=threads, search_overrides=overrides)
     line = (f"{result['task']}: {result['episodes']} episodes, return {result['mean']:.2f} +- {result['std']:.2f} "
             f"(min {result['min']:.2f}, max {result['max']:.2f})")
     if "human_normalized" in result:

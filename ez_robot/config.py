@@ -624,6 +624,26 @@ def _fold_kwargs(values: Mapping[str, Any]) -> dict:
     return out
 
 
+def with_search_overrides(config: Config, overrides: Iterable[str]) -> Config:
+    """A trained run's config with ``search.KEY=VALUE`` changes: what evaluating a trained
+    network may change (the networks and the env are the run's).  Checked as ``--set`` is."""
+    updates = {}
+    for text in overrides:
+        key, value = parse_override(text)
+        if not key.startswith("search."):
+            raise ConfigError(f"--set {key}: evaluation changes search settings only (search.KEY=VALUE, e.g. "
+                              "search.num_simulations=8); the networks and the env are the run's")
+        updates[key] = value
+    if not updates:
+        return config
+    values: dict[str, Any] = {}
+    data = config_to_dict(config)
+    data.pop("preset", None)
+    _merge(values, data, "the run's config")
+    values.update(updates)
+    return _build(values, preset=config.preset)
+
+
 def config_to_dict(config: Config) -> dict:
     """The resolved config as plain data (what a run saves as config.yaml)."""
     return dataclasses.asdict(config)

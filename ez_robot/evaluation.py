@@ -225,21 +225,26 @@ def summarize(task: str, returns: list[float], successes: list[bool] | None = No
 
 
 def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, checkpoint=None,
-                 video: int = 0, device: str = "auto", progress: bool = True, threads: int = 1) -> dict:
-    """Evaluates a run's checkpoint; writes and returns ``RUN_DIR/eval.json``."""
+                 video: int = 0, device: str = "auto", progress: bool = True, threads: int = 1,
+                 search_overrides: tuple[str, ...] | list[str] = ()) -> dict:
+    """Evaluates a run's checkpoint; writes and returns ``RUN_DIR/eval.json``.
+    ``search_overrides`` (``"search.num_simulations=8"``, ...) change the search, not the run."""
+    from ez_robot.config import with_search_overrides
     from ez_robot.device import resolve_device, set_threads
 
     set_threads(threads)
     dev = resolve_device(device)
     run = load_run(run_dir, checkpoint, dev)
-    episodes = episodes or run.config.train.eval_episodes
+    config = with_search_overrides(run.config, search_overrides)
+    episodes = episodes or config.train.eval_episodes
     if video < 0:
         raise ConfigError(f"the number of videos must be >= 0, got {video}")
     start = time.time()
-    result = play(run.net, run.config, dev, episodes, seed, record=min(video, episodes),
+    result = play(run.net, config, dev, episodes, seed, record=min(video, episodes),
                   video_dir=run.run_dir / "videos", progress=progress)
-    task = run.config.env.task
+    task = config.env.task
     report = {"task": task, "checkpoint": str(run.checkpoint), "seed": seed,
+              "search_overrides": list(search_overrides),
               "agent_steps": run.counters.get("agent_steps"), "env_frames": run.counters.get("env_frames"),
               "train_steps": run.counters.get("train_steps"), **summarize(task, result.returns, result.successes),
               "returns": result.returns, "lengths": result.lengths, "videos": [str(v) for v in result.videos],

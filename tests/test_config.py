@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 
 from ez_robot.config import (Config, ConfigError, PRESET_DIR, RECIPE_DIR, config_from_dict, config_to_dict,
-                             load_config, parse_budget, recipe_overrides)
+                             load_config, parse_budget, recipe_overrides, with_search_overrides)
 
 
 def test_atari_preset_is_the_paper_table():
@@ -148,3 +148,18 @@ def test_bad_config_files_name_the_file_and_key(tmp_path, text, match):
     path.write_text(text)
     with pytest.raises(ConfigError, match=match):
         load_config("cartpole_swingup", overrides=recipe_overrides(path))
+
+
+def test_search_overrides_of_a_trained_run_change_the_search_only():
+    config = load_config("cheetah_run", overrides=["train.lr=0.05"])
+    changed = with_search_overrides(config, ["search.num_simulations=8", "search.root_unvisited_q=mean"])
+    assert changed.search.num_simulations == 8 and changed.search.root_unvisited_q == "mean"
+    assert changed.search.num_candidates == config.search.num_candidates
+    assert (changed.env, changed.model, changed.train, changed.seed) == (config.env, config.model, config.train,
+                                                                         config.seed)
+    assert changed.preset == config.preset
+    assert with_search_overrides(config, []) is config
+    with pytest.raises(ConfigError, match="search settings only"):
+        with_search_overrides(config, ["model.latent_dim=8"])
+    with pytest.raises(ConfigError, match="num_simulations"):
+        with_search_overrides(config, ["search.num_simulations=-1"])

@@ -379,3 +379,16 @@ def test_seeds_whose_evaluations_land_a_few_frames_apart_average_point_by_point(
     points = _aligned_evals(runs + [SimpleNamespace(evals=[dict(env_frames=10_001, mean=0.0)])])
     assert [f for f, _ in points] == [10_000.25]  # only where every seed has a point
     assert float(np.mean(points[0][1])) == 15.0
+
+
+def test_eval_set_changes_the_search_only(tiny_run):
+    plain = ez("eval", str(tiny_run), "--episodes", "2", "--seed", "3", "--quiet")
+    a = json.loads((tiny_run / "eval.json").read_text())
+    same = ez("eval", str(tiny_run), "--episodes", "2", "--seed", "3", "--quiet",
+              "--set", "search.num_simulations=4")  # the run's own setting: nothing changes
+    b = json.loads((tiny_run / "eval.json").read_text())
+    assert plain.returncode == same.returncode == 0, same.stderr
+    assert a["returns"] == b["returns"]
+    assert a["search_overrides"] == [] and b["search_overrides"] == ["search.num_simulations=4"]
+    bad = ez("eval", str(tiny_run), "--episodes", "1", "--quiet", "--set", "train.lr=0.1")
+    assert bad.returncode != 0 and "search settings only" in bad.stderr and "Traceback" not in bad.stderr
