@@ -1,7 +1,7 @@
 """Does the learned model rank a decision's actions as the simulator does?
 
     python benchmarks/q_ranking.py runs/cheetah_run --states 12
-    python benchmarks/q_ranking.py runs/cheetah_run --horizon 200 --set num_simulations=128
+    python benchmarks/q_ranking.py runs/cheetah_run --horizon 200 --set search.num_simulations=128
 
 The search improves on the policy only as far as its Q values order the root's actions
 correctly.  This plays the run's policy head greedily (its most likely action, no search)
@@ -26,13 +26,13 @@ gain well above 0 means better actions were on offer and the model could not tel
 from __future__ import annotations
 
 import argparse
-import ast
 
 import numpy as np
 
 import ez_robot
 from ez_robot.builders import env_spec
-from ez_robot.inference import run_search
+from ez_robot.config import ConfigError, with_search_overrides
+from ez_robot.inference import run_search, search_config
 from ez_robot.policies import mode_action
 from ez_robot.envs import _dmc_tasks
 from ez_robot.envs.dmc import DMControlEnv
@@ -133,8 +133,8 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=100, help="decisions of the greedy policy after a candidate")
     parser.add_argument("--seed", type=int, default=7, help="seed of the episode")
     parser.add_argument("--checkpoint", default=None, help="a checkpoint file (default: the latest)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a search setting for the measured searches, e.g. num_simulations=128")
+    parser.add_argument("--set", action="append", default=[], metavar="search.KEY=VALUE",
+                        help="a search setting for the measured searches, e.g. search.num_simulations=128")
     args = parser.parse_args()
 
     agent = ez_robot.load(args.run, checkpoint=args.checkpoint)
@@ -142,14 +142,11 @@ def main() -> None:
     if agent.task not in names or agent.config.env.obs != "state":
         parser.error(f"{args.run} trained {agent.task} from {agent.config.env.obs}; this measures dm_control "
                      "tasks from states")
-    changes = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        try:
-            changes[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            changes[key] = value
-    search = agent._search.replace(**changes)
+    try:
+        config = with_search_overrides(agent.config, args.set)
+    except ConfigError as error:
+        parser.error(str(error))
+    search = search_config(config).replace(add_noise=False, temperature=0.0)  # as evaluation searches
     domain, task = names[agent.task]
     env = DMControlEnv(domain, task, seed=args.seed, action_repeat=agent.config.env.action_repeat)
     probe = Probe(agent, env)
