@@ -63,9 +63,8 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 class Probe:
     """The run's networks and the simulator, for scoring candidate actions from one state."""
 
-    def __init__(self, agent, env: DMControlEnv):
-        self.agent, self.env = agent, env
-        self.spec = env_spec(agent.config).action
+    def __init__(self, agent, env: DMControlEnv, spec):
+        self.agent, self.env, self.spec = agent, env, spec
         self.discount = float(agent._search.discount)
         self.dm_env = env._env
 
@@ -149,7 +148,7 @@ def main() -> None:
     search = search_config(config).replace(add_noise=False, temperature=0.0)  # as evaluation searches
     domain, task = names[agent.task]
     env = DMControlEnv(domain, task, seed=args.seed, action_repeat=agent.config.env.action_repeat)
-    probe = Probe(agent, env)
+    probe = Probe(agent, env, env_spec(agent.config).action)
     obs, _ = env.reset(seed=args.seed)
     rows, decision, done = [], 0, False
     while not done and len(rows) < args.states:
