@@ -31,8 +31,8 @@ import numpy as np
 
 import ez_robot
 from ez_robot.builders import env_spec
-from ez_robot.config import ConfigError, with_search_overrides
-from ez_robot.inference import run_search, search_config
+from ez_robot.config import ConfigError
+from ez_robot.inference import run_search
 from ez_robot.policies import mode_action
 from ez_robot.envs import _dmc_tasks
 from ez_robot.envs.dmc import DMControlEnv
@@ -136,16 +136,15 @@ def main() -> None:
                         help="a search setting for the measured searches, e.g. search.num_simulations=128")
     args = parser.parse_args()
 
-    agent = ez_robot.load(args.run, checkpoint=args.checkpoint)
+    try:
+        agent = ez_robot.load(args.run, checkpoint=args.checkpoint, search_overrides=args.set)
+    except ConfigError as error:
+        parser.error(str(error))
     names = _dmc_tasks()
     if agent.task not in names or agent.config.env.obs != "state":
         parser.error(f"{args.run} trained {agent.task} from {agent.config.env.obs}; this measures dm_control "
                      "tasks from states")
-    try:
-        config = with_search_overrides(agent.config, args.set)
-    except ConfigError as error:
-        parser.error(str(error))
-    search = search_config(config).replace(add_noise=False, temperature=0.0)  # as evaluation searches
+    search = agent._search
     domain, task = names[agent.task]
     env = DMControlEnv(domain, task, seed=args.seed, action_repeat=agent.config.env.action_repeat)
     probe = Probe(agent, env, env_spec(agent.config).action)

@@ -175,7 +175,8 @@ class Agent:
     of ``ez-robot eval`` (no root noise, temperature 0), on the network backend the run
     trained with (``train.inference``: onnxruntime on a CPU by default, else torch)."""
 
-    def __init__(self, run):
+    def __init__(self, run, search_overrides=()):
+        from ez_robot.config import with_search_overrides
         from ez_robot.envs import make_from_config
         from ez_robot.envs.wrappers import FlatObservations, JointDiscreteActions, NormalizedActions, find_wrapper
         from ez_robot.inference import make_inference, search_config
@@ -196,7 +197,8 @@ class Agent:
         # onnxruntime on the CPU when the run's config says so (the default): one search
         # makes many batch-1 network calls, where torch's per-call overhead dominates
         self._inference = make_inference(run.net, device, run.config.train.inference)
-        self._search = search_config(run.config).replace(add_noise=False, temperature=0.0)
+        self._search = search_config(with_search_overrides(run.config, search_overrides)).replace(
+            add_noise=False, temperature=0.0)
         self._rng = np.random.default_rng(0)
 
     def act(self, observation) -> np.ndarray | int:
@@ -212,21 +214,25 @@ class Agent:
         return f"Agent({self.task!r}, {self.counters.get('agent_steps')} agent steps, from {self.run_dir})"
 
 
-def load(run_dir: str | Path, checkpoint: str | Path | None = None, device: str = "cpu") -> Agent:
-    """The agent of a run directory (its latest checkpoint, or ``checkpoint``)."""
+def load(run_dir: str | Path, checkpoint: str | Path | None = None, device: str = "cpu", *,
+         search_overrides=()) -> Agent:
+    """The agent of a run directory (its latest checkpoint, or ``checkpoint``).
+    ``search_overrides`` (``["search.num_simulations=8"]``) change its search, as
+    ``ez-robot eval --set`` does."""
     from ez_robot.device import resolve_device
     from ez_robot.evaluation import load_run
 
-    return Agent(load_run(run_dir, checkpoint, resolve_device(device)))
+    return Agent(load_run(run_dir, checkpoint, resolve_device(device)), search_overrides)
 
 
 def evaluate(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, video: int = 0,
-             checkpoint: str | Path | None = None, device: str = "auto", progress: bool = False) -> dict:
+             checkpoint: str | Path | None = None, device: str = "auto", progress: bool = False,
+             search_overrides=()) -> dict:
     """Greedy-search episodes of a run (as ``ez-robot eval``); returns and writes ``eval.json``."""
     from ez_robot.evaluation import evaluate_run
 
     return evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video, device=device,
-                        progress=progress)
+                        progress=progress, search_overrides=search_overrides)
 
 
 def export_bundle(run_dir: str | Path, out: str | Path | None = None, *, checkpoint: str | Path | None = None,

@@ -113,6 +113,9 @@ def test_a_custom_env_trains_exports_and_runs(tmp_path, workers):
     action = agent.act(obs)  # the raw Dict observation in, a vector in the env's bounds out
     assert action.shape == (2,) and np.all(np.abs(action) <= 2.0)
     assert env.action_space.contains(action.astype(np.float32))
+    fewer = ez_robot.load(run, search_overrides=["search.num_simulations=2"])  # as `ez-robot eval --set`
+    assert fewer._search.num_simulations == 2 and agent._search.num_simulations != 2
+    assert env.action_space.contains(fewer.act(obs).astype(np.float32))
 
     bundle = ez_robot.export_bundle(run, tmp_path / "bundle", observations=8)
     manifest = json.loads((bundle / "manifest.json").read_text())
