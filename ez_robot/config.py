@@ -627,6 +627,8 @@ def _fold_kwargs(values: Mapping[str, Any]) -> dict:
 def with_search_overrides(config: Config, overrides: Iterable[str]) -> Config:
     """A trained run's config with ``search.KEY=VALUE`` changes: what evaluating a trained
     network may change (the networks and the env are the run's).  Checked as ``--set`` is."""
+    if isinstance(overrides, str):  # one setting given bare
+        overrides = [overrides]
     updates = {}
     for text in overrides:
         key, value = parse_override(text)

@@ -159,6 +159,7 @@ def test_search_overrides_of_a_trained_run_change_the_search_only():
                                                                          config.seed)
     assert changed.preset == config.preset
     assert with_search_overrides(config, []) is config
+    assert with_search_overrides(config, "search.num_simulations=8").search.num_simulations == 8
     with pytest.raises(ConfigError, match="search settings only"):
         with_search_overrides(config, ["model.latent_dim=8"])
     with pytest.raises(ConfigError, match="num_simulations"):
