@@ -108,6 +108,9 @@ class ModelConfig:
     """Pixels: planes of the 1x1 convolution in front of each head."""
     head_hidden: int = 32
     """Hidden width of the value, value-prefix and policy heads."""
+    head_layers: int = 1
+    """States: hidden layers of ``head_hidden`` in the value, policy and reward heads (the
+    paper's heads: 1; EfficientZero V2's state model: 2 of 256)."""
     latent_dim: int = 128
     """States: width of the latent vector of the MLP model."""
     mlp_hidden: int = 256
@@ -142,7 +145,7 @@ class ModelConfig:
 
     def __post_init__(self):
         _check("model", [(name, getattr(self, name) >= 1, ">= 1") for name in (
-            "num_channels", "reduced_channels", "head_hidden", "latent_dim", "mlp_hidden", "lstm_hidden",
+            "num_channels", "reduced_channels", "head_hidden", "head_layers", "latent_dim", "mlp_hidden", "lstm_hidden",
             "support_size", "projection_hidden", "projection_out", "reward_support_scale", "residual_blocks")]
                + [("reward_support_size", self.reward_support_size >= 0, ">= 0 (0: support_size)"),
                   ("state_body", self.state_body in STATE_BODIES, " or ".join(repr(b) for b in STATE_BODIES))], self)

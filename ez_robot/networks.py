@@ -259,6 +259,9 @@ class EfficientZeroNet(nn.Module):
         if c.state_body != "mlp":
             raise ConfigError(f"model.state_body={c.state_body!r} is for state observations; pixels use the "
                               "paper's ResNet (leave model.state_body at 'mlp')")
+        if c.head_layers != 1:
+            raise ConfigError(f"model.head_layers={c.head_layers} is for state observations; the pixel heads are "
+                              "the paper's (leave model.head_layers at 1)")
         self.residual_body = False
         channels, height, width = self.obs_shape
         ch = c.num_channels
@@ -311,19 +314,21 @@ class EfficientZeroNet(nn.Module):
             self.dynamics_mlp = _mlp([c.latent_dim + self.action_inputs, c.mlp_hidden, c.latent_dim], last_bn=True,
                                      norm=ln)
         self.reward_conv = nn.Identity()
-        self.value_head = _mlp([c.latent_dim, c.head_hidden, bins], zero_last=True, norm=ln)
-        self.policy_head = _mlp([c.latent_dim, c.head_hidden, self.policy_size], zero_last=True, norm=ln)
-        self._build_reward(c.latent_dim, c, norm=ln)
+        hidden = [c.head_hidden] * c.head_layers
+        self.value_head = _mlp([c.latent_dim, *hidden, bins], zero_last=True, norm=ln)
+        self.policy_head = _mlp([c.latent_dim, *hidden, self.policy_size], zero_last=True, norm=ln)
+        self._build_reward(c.latent_dim, c, norm=ln, head_layers=c.head_layers)
 
-    def _build_reward(self, features: int, c: ModelConfig, norm=nn.BatchNorm1d) -> None:
+    def _build_reward(self, features: int, c: ModelConfig, norm=nn.BatchNorm1d, head_layers: int = 1) -> None:
         size, scale = self.reward_support
         bins = 2 * size * scale + 1
+        hidden = [c.head_hidden] * head_layers
         if self.value_prefix:
             self.lstm = nn.LSTMCell(features, c.lstm_hidden)
             self.reward_bn = norm(c.lstm_hidden)
-            self.reward_head = _mlp([c.lstm_hidden, c.head_hidden, bins], zero_last=True, norm=norm)
+            self.reward_head = _mlp([c.lstm_hidden, *hidden, bins], zero_last=True, norm=norm)
         else:  # ablation: a per-step reward from the next state, no recurrence
-            self.reward_head = _mlp([features, c.lstm_hidden, c.head_hidden, bins], zero_last=True, norm=norm)
+            self.reward_head = _mlp([features, c.lstm_hidden, *hidden, bins], zero_last=True, norm=norm)
 
     # --- entry points ---
 

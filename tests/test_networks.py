@@ -159,3 +159,24 @@ def test_residual_state_body_takes_action_vectors_and_refuses_pixels():
         make_network((3, 32, 32), 4, config)
     with pytest.raises(ConfigError, match="model.state_body must be 'mlp' or 'residual', got 'resnet'"):
         ModelConfig(state_body="resnet")
+
+
+@pytest.mark.parametrize("value_prefix", [True, False])
+def test_head_layers_deepen_the_state_heads_and_refuse_pixels(value_prefix):
+    from ez_robot.errors import ConfigError
+
+    config = dataclasses.replace(SMALL, head_layers=2, head_hidden=24)
+    torch.manual_seed(0)
+    net = make_network((5,), 4, config, value_prefix=value_prefix).eval()
+    for head in (net.value_head, net.policy_head, net.reward_head):
+        widths = [m.out_features for m in head if isinstance(m, torch.nn.Linear)]
+        assert widths[-3:-1] == [24, 24]  # two hidden layers before the output
+        assert not head[-1].weight.any()  # the output still starts at zero
+    with torch.no_grad():
+        out = net.initial_inference(torch.randn(3, 5))
+        step = net.recurrent_inference(out.hidden, net.initial_lstm_state(3), torch.tensor([0, 1, 2]))
+    assert out.value_logits.shape == (3, 41) and step.value_prefix_logits.shape == (3, 41)
+    with pytest.raises(ConfigError, match="model.head_layers=2 is for state observations"):
+        make_network((3, 32, 32), 4, config)
+    with pytest.raises(ConfigError, match="head_layers"):
+        ModelConfig(head_layers=0)
