@@ -9,9 +9,10 @@ on the task and, at every ``--every``-th decision from decision 30 on, copies th
 and scores each root candidate of one evaluation search (the joint mode: every joint
 action) four ways:
 
-- ``simulator``: the candidate played for one decision, then the greedy policy head for
-  ``--horizon`` decisions, dm_control's rewards discounted with the run's discount, and the
-  model's value of the last observation (discount^(horizon + 1) of the total);
+- ``simulator``: the candidate played for one decision, then the greedy policy head (or,
+  ``--continuation search``, the greedy search) for ``--horizon`` decisions, dm_control's
+  rewards discounted with the run's discount, and the model's value of the last
+  observation (discount^(horizon + 1) of the total);
 - ``search``: the search's completed Q of the candidate (sampled modes; the joint mode's
   unvisited actions have none, so this row is left out there);
 - ``one step``: the model's reward and discounted value one recurrent step from the root;
@@ -63,9 +64,10 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 class Probe:
     """The run's networks and the simulator, for scoring candidate actions from one state."""
 
-    def __init__(self, agent, env: DMControlEnv, spec):
+    def __init__(self, agent, env: DMControlEnv, spec, continuation: str = "policy"):
         self.agent, self.env, self.spec = agent, env, spec
         self.discount = float(agent._search.discount)
+        self.continuation = continuation  # after the candidate: "policy" (its mode) or "search"
         self.dm_env = env._env
 
     def env_action(self, action) -> np.ndarray:
@@ -82,6 +84,12 @@ class Probe:
         else:
             action = int(np.argmax(root.policy_logits[0]))
         return action, float(root.value[0])
+
+    def searched(self, obs: np.ndarray):
+        """The greedy search's action for one observation (as ``ez-robot eval`` plays)."""
+        out = run_search(self.agent._inference, np.asarray(obs, np.float32)[None], self.agent._search,
+                         self.agent._rng)
+        return out.actions[0] if self.spec.sampled else int(out.actions[0])
 
     def one_step(self, obs: np.ndarray, candidates) -> np.ndarray:
         """The model's reward + discount x value one recurrent step from the root, per candidate."""
@@ -114,7 +122,7 @@ class Probe:
         observed = reward + self.discount * next_value
         total, weight = reward, self.discount
         for _ in range(horizon):
-            action, _ = self.greedy(obs)
+            action = self.greedy(obs)[0] if self.continuation == "policy" else self.searched(obs)
             reward, obs = self._decision(action)
             total += weight * reward
             weight *= self.discount
@@ -129,7 +137,9 @@ def main() -> None:
     parser.add_argument("run", help="a run directory of a dm_control task")
     parser.add_argument("--states", type=int, default=12, help="states measured")
     parser.add_argument("--every", type=int, default=20, help="decisions between two measured states")
-    parser.add_argument("--horizon", type=int, default=100, help="decisions of the greedy policy after a candidate")
+    parser.add_argument("--horizon", type=int, default=100, help="decisions played after a candidate")
+    parser.add_argument("--continuation", choices=["policy", "search"], default="policy",
+                        help="what plays after a candidate: the policy's most likely action, or the greedy search")
     parser.add_argument("--seed", type=int, default=7, help="seed of the episode")
     parser.add_argument("--checkpoint", default=None, help="a checkpoint file (default: the latest)")
     parser.add_argument("--set", action="append", default=[], metavar="search.KEY=VALUE",
@@ -147,7 +157,7 @@ def main() -> None:
     search = agent._search
     domain, task = names[agent.task]
     env = DMControlEnv(domain, task, seed=args.seed, action_repeat=agent.config.env.action_repeat)
-    probe = Probe(agent, env, env_spec(agent.config).action)
+    probe = Probe(agent, env, env_spec(agent.config).action, args.continuation)
     obs, _ = env.reset(seed=args.seed)
     rows, decision, done = [], 0, False
     while not done and len(rows) < args.states:
