@@ -639,14 +639,7 @@ def with_search_overrides(config: Config, overrides: Iterable[str]) -> Config:
             raise ConfigError(f"--set {key}: evaluation changes search settings only (search.KEY=VALUE, e.g. "
                               "search.num_simulations=8); the networks and the env are the run's")
         updates[key] = value
-    if not updates:
-        return config
-    values: dict[str, Any] = {}
-    data = config_to_dict(config)
-    data.pop("preset", None)
-    _merge(values, data, "the run's config")
-    values.update(updates)
-    return _build(values, preset=config.preset)
+    return config_from_dict(config_to_dict(config), updates) if updates else config
 
 
 def config_to_dict(config: Config) -> dict:
@@ -654,10 +647,12 @@ def config_to_dict(config: Config) -> dict:
     return dataclasses.asdict(config)
 
 
-def config_from_dict(data: Mapping) -> Config:
-    """Inverse of :func:`config_to_dict` (loading a saved run)."""
+def config_from_dict(data: Mapping, updates: Mapping[str, Any] | None = None) -> Config:
+    """Inverse of :func:`config_to_dict` (loading a saved run), with ``section.key`` values
+    in ``updates`` replacing the saved ones."""
     values: dict[str, Any] = {}
     data = dict(data)
     preset = data.pop("preset", "")
     _merge(values, data, "saved config")
+    values.update(updates or {})
     return _build(values, preset=preset)

@@ -317,12 +317,12 @@ class EfficientZeroNet(nn.Module):
         hidden = [c.head_hidden] * c.head_layers
         self.value_head = _mlp([c.latent_dim, *hidden, bins], zero_last=True, norm=ln)
         self.policy_head = _mlp([c.latent_dim, *hidden, self.policy_size], zero_last=True, norm=ln)
-        self._build_reward(c.latent_dim, c, norm=ln, head_layers=c.head_layers)
+        self._build_reward(c.latent_dim, c, norm=ln)
 
-    def _build_reward(self, features: int, c: ModelConfig, norm=nn.BatchNorm1d, head_layers: int = 1) -> None:
+    def _build_reward(self, features: int, c: ModelConfig, norm=nn.BatchNorm1d) -> None:
         size, scale = self.reward_support
         bins = 2 * size * scale + 1
-        hidden = [c.head_hidden] * head_layers
+        hidden = [c.head_hidden] * c.head_layers  # 1 for pixels (refused otherwise)
         if self.value_prefix:
             self.lstm = nn.LSTMCell(features, c.lstm_hidden)
             self.reward_bn = norm(c.lstm_hidden)
