@@ -112,11 +112,12 @@ class Probe:
         observation = task.get_observation(physics)
         return reward, np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in observation.values()])
 
-    def simulate(self, state: np.ndarray, first, horizon: int) -> tuple[float, float]:
-        """(simulator Q, true-next-observation Q) of ``first`` from the physics ``state``."""
+    def simulate(self, state: tuple[np.ndarray, float], first, horizon: int) -> tuple[float, float]:
+        """(simulator Q, true-next-observation Q) of ``first`` from the physics ``state`` (state vector, time)."""
         physics = self.dm_env.physics
         with physics.reset_context():
-            physics.set_state(state)
+            physics.set_state(state[0])
+            physics.data.time = state[1]
         reward, obs = self._decision(first)
         next_value = self.greedy(obs)[1]
         observed = reward + self.discount * next_value
@@ -128,7 +129,8 @@ class Probe:
             weight *= self.discount
         total += weight * self.greedy(obs)[1]
         with physics.reset_context():
-            physics.set_state(state)
+            physics.set_state(state[0])
+            physics.data.time = state[1]
         return total, observed
 
 
@@ -162,7 +164,8 @@ def main() -> None:
     rows, decision, done = [], 0, False
     while not done and len(rows) < args.states:
         if decision >= FIRST_DECISION and decision % args.every == 0:
-            state = env._env.physics.get_state().copy()
+            physics = env._env.physics
+            state = (physics.get_state().copy(), float(physics.data.time))  # get_state leaves out the time
             out = run_search(agent._inference, np.asarray(obs, np.float32)[None], search, agent._rng)
             own, _ = probe.greedy(obs)
             if probe.spec.sampled:

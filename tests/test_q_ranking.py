@@ -51,9 +51,12 @@ def test_simulator_q_is_the_paid_rewards_plus_the_bootstrap_and_restores_the_phy
     for _ in range(5):
         env.step(np.array([0.5]))
     probe = script.Probe(_Agent(), env, ActionSpec("joint", num_actions=3))
-    state = env._env.physics.get_state().copy()
-    q, observed = probe.simulate(state, 0, horizon=2)
-    np.testing.assert_array_equal(env._env.physics.get_state(), state)
+    physics = env._env.physics
+    state, time = physics.get_state().copy(), float(physics.data.time)
+    assert time > 0
+    q, observed = probe.simulate((state, time), 0, horizon=2)
+    np.testing.assert_array_equal(physics.get_state(), state)
+    assert physics.data.time == time  # the time too: get_state leaves it out
     paid = [env.step(np.array([-1.0]))[1]] + [env.step(np.array([1.0]))[1] for _ in range(2)]  # then greedy: +1
     assert q == pytest.approx(paid[0] + 0.9 * paid[1] + 0.81 * paid[2] + 0.729 * 10.0)
     assert observed == pytest.approx(paid[0] + 0.9 * 10.0)
