@@ -30,7 +30,8 @@ import numpy as np
 
 import ez_robot
 from ez_robot.builders import env_spec
-from ez_robot.config import ConfigError
+from ez_robot.errors import EzRobotError
+from ez_robot.envs import make_from_config
 from ez_robot.inference import run_search
 from ez_robot.policies import gaussian_params, mode_action
 
@@ -81,12 +82,11 @@ def main() -> None:
 
     try:
         agent = ez_robot.load(args.run, checkpoint=args.checkpoint)
-    except ConfigError as error:
+    except EzRobotError as error:
         parser.error(str(error))
     spec = env_spec(agent.config).action
     if not spec.sampled:
         parser.error(f"{args.run} trained the joint action mode; this measures the sampled modes")
-    from ez_robot.envs import make_from_config
 
     search = agent._search.replace(add_noise=True, temperature=1.0)  # as self-play searches
     rng = np.random.default_rng(args.seed)

@@ -32,7 +32,7 @@ import numpy as np
 
 import ez_robot
 from ez_robot.builders import env_spec
-from ez_robot.config import ConfigError
+from ez_robot.errors import EzRobotError
 from ez_robot.inference import run_search
 from ez_robot.policies import mode_action
 from ez_robot.envs import _dmc_tasks
@@ -150,7 +150,7 @@ def main() -> None:
 
     try:
         agent = ez_robot.load(args.run, checkpoint=args.checkpoint, search_overrides=args.set)
-    except ConfigError as error:
+    except EzRobotError as error:
         parser.error(str(error))
     names = _dmc_tasks()
     if agent.task not in names or agent.config.env.obs != "state":
