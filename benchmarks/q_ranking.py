@@ -112,12 +112,16 @@ class Probe:
         observation = task.get_observation(physics)
         return reward, np.concatenate([np.asarray(v, np.float32).reshape(-1) for v in observation.values()])
 
-    def simulate(self, state: tuple[np.ndarray, float], first, horizon: int) -> tuple[float, float]:
-        """(simulator Q, true-next-observation Q) of ``first`` from the physics ``state`` (state vector, time)."""
+    def _restore(self, state: tuple[np.ndarray, float]) -> None:
+        """Put the physics back to ``state`` (state vector, time)."""
         physics = self.dm_env.physics
         with physics.reset_context():
             physics.set_state(state[0])
             physics.data.time = state[1]
+
+    def simulate(self, state: tuple[np.ndarray, float], first, horizon: int) -> tuple[float, float]:
+        """(simulator Q, true-next-observation Q) of ``first`` from the physics ``state`` (state vector, time)."""
+        self._restore(state)
         reward, obs = self._decision(first)
         next_value = self.greedy(obs)[1]
         observed = reward + self.discount * next_value
@@ -128,9 +132,7 @@ class Probe:
             total += weight * reward
             weight *= self.discount
         total += weight * self.greedy(obs)[1]
-        with physics.reset_context():
-            physics.set_state(state[0])
-            physics.data.time = state[1]
+        self._restore(state)
         return total, observed
 
 
