@@ -56,7 +56,7 @@ class _Initial(nn.Module):
 
     def forward(self, observation):
         out = self.net.initial_inference(observation)
-        return out.hidden, support_to_scalar(out.value_logits, self.net.support_size), out.policy_logits
+        return out.hidden, support_to_scalar(out.value_logits, *self.net.value_support), out.policy_logits
 
 
 class _Recurrent(nn.Module):
@@ -69,13 +69,13 @@ class _Recurrent(nn.Module):
         h, c = lstm_h * keep, lstm_c * keep
         # Without the value-prefix LSTM (the ablation) the state passes through unchanged.
         out = self.net.recurrent_inference(hidden, (h, c), action)
-        if self.net.reward_support == (self.net.support_size, 1):
+        if self.net.reward_support == self.net.value_support:
             # One support -> scalar chain for both heads: two made nearly half the graph's nodes.
-            both = support_to_scalar(torch.stack([out.value_prefix_logits, out.value_logits], 1), self.net.support_size)
+            both = support_to_scalar(torch.stack([out.value_prefix_logits, out.value_logits], 1), *self.net.value_support)
             value_prefix, value = both[:, 0], both[:, 1]
         else:  # a value-prefix support of its own
             value_prefix = support_to_scalar(out.value_prefix_logits, *self.net.reward_support)
-            value = support_to_scalar(out.value_logits, self.net.support_size)
+            value = support_to_scalar(out.value_logits, *self.net.value_support)
         return (out.hidden, *out.lstm_state, value_prefix, value, out.policy_logits)
 
 
@@ -147,7 +147,7 @@ def validate(net, policy: Policy, observations: np.ndarray, search_config, seed:
     with torch.no_grad():
         init = net.initial_inference(torch.as_tensor(observations))
         ort_initial = policy.networks.initial(observations)
-        torch_initial = [init.hidden, support_to_scalar(init.value_logits, net.support_size), init.policy_logits]
+        torch_initial = [init.hidden, support_to_scalar(init.value_logits, *net.value_support), init.policy_logits]
         # A used LSTM state (not only zeros), random actions and a mix of reset rows.
         h = rng.standard_normal((batch, net.lstm_hidden)).astype(np.float32)
         c = rng.standard_normal((batch, net.lstm_hidden)).astype(np.float32)
@@ -161,7 +161,7 @@ def validate(net, policy: Policy, observations: np.ndarray, search_config, seed:
         ort_recurrent = policy.networks.recurrent(ort_initial[0], h, c, action, reset)
         torch_recurrent = [rec.hidden, *rec.lstm_state,
                            support_to_scalar(rec.value_prefix_logits, *net.reward_support),
-                           support_to_scalar(rec.value_logits, net.support_size), rec.policy_logits]
+                           support_to_scalar(rec.value_logits, *net.value_support), rec.policy_logits]
     diffs, excess = {}, 0.0
     for graph, ours, theirs in [("initial", ort_initial, torch_initial), ("recurrent", ort_recurrent, torch_recurrent)]:
         diffs[graph] = 0.0

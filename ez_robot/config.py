@@ -119,6 +119,9 @@ class ModelConfig:
     """Hidden size of the value-prefix LSTM."""
     support_size: int = 300
     """Categorical value and value-prefix supports span [-support_size, support_size] (601 bins)."""
+    value_support_scale: int = 1
+    """Value support bins per unit of h(x) (1: the paper's integer bins; 2: bins 0.5 apart,
+    2 support_size scale + 1 of them).  EfficientZero V2's value bins are ~0.67 apart."""
     reward_support_size: int = 0
     """The value-prefix (reward) support's half-width in h(x) units; 0: support_size."""
     reward_support_scale: int = 1
@@ -146,7 +149,8 @@ class ModelConfig:
     def __post_init__(self):
         _check("model", [(name, getattr(self, name) >= 1, ">= 1") for name in (
             "num_channels", "reduced_channels", "head_hidden", "head_layers", "latent_dim", "mlp_hidden", "lstm_hidden",
-            "support_size", "projection_hidden", "projection_out", "reward_support_scale", "residual_blocks")]
+            "support_size", "projection_hidden", "projection_out", "reward_support_scale", "value_support_scale",
+            "residual_blocks")]
                + [("reward_support_size", self.reward_support_size >= 0, ">= 0 (0: support_size)"),
                   ("state_body", self.state_body in STATE_BODIES, " or ".join(repr(b) for b in STATE_BODIES))], self)
 

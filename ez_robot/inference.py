@@ -42,7 +42,7 @@ class TorchInference:
         obs = torch.as_tensor(np.ascontiguousarray(observations), device=self.device)
         out = self.net.initial_inference(obs)
         h, c = self.net.initial_lstm_state(obs.shape[0], device=self.device)
-        value = support_to_scalar(out.value_logits, self.net.support_size)
+        value = support_to_scalar(out.value_logits, *self.net.value_support)
         return RootOutput(hidden=(out.hidden, h, c), value_prefix=np.zeros(obs.shape[0], np.float32),
                           value=value.float().cpu().numpy(), policy_logits=out.policy_logits.float().cpu().numpy())
 
@@ -55,10 +55,9 @@ class TorchInference:
         action = torch.from_numpy(np.ascontiguousarray(actions)).to(
             self.device, torch.float32 if self.action_spec.sampled else torch.long)
         out = self.net.recurrent_inference(state, (h, c), action)
-        support = self.net.support_size
         return ((out.hidden, *out.lstm_state),
                 support_to_scalar(out.value_prefix_logits, *self.net.reward_support).float().cpu().numpy(),
-                support_to_scalar(out.value_logits, support).float().cpu().numpy(),
+                support_to_scalar(out.value_logits, *self.net.value_support).float().cpu().numpy(),
                 out.policy_logits.float().cpu().numpy())
 
 

@@ -86,7 +86,7 @@ class Learner:
         if not np.isfinite(targets.value).all():
             raise FloatingPointError(f"non-finite value target at training step {self.train_steps} "
                                      "(a search or a stored value returned NaN/inf)")
-        K, S = t.unroll_steps, net.support_size
+        K, S = t.unroll_steps, net.value_support
         net.train()
         obs = torch.as_tensor(context.observations, device=dev)
         batch = obs.shape[0]
@@ -126,8 +126,8 @@ class Learner:
         if t.compile == "reduce-overhead":  # a new step: the CUDA graphs may reuse the last step's outputs
             torch.compiler.cudagraph_mark_step_begin()
         out = self._initial(obs[:, 0])
-        value_0 = support_to_scalar(out.value_logits.detach(), S)
-        value_loss = ce(out.value_logits, scalar_to_support(value_target[:, 0], S)) * mask_value[:, 0]
+        value_0 = support_to_scalar(out.value_logits.detach(), *S)
+        value_loss = ce(out.value_logits, scalar_to_support(value_target[:, 0], *S)) * mask_value[:, 0]
         policy_loss = policy_ce(out.policy_logits, 0) * mask_policy[:, 0]
         vp_loss = torch.zeros(batch, device=dev)
         consistency_loss = torch.zeros(batch, device=dev)
@@ -146,7 +146,7 @@ class Learner:
             if k % self.lstm_horizon == 0:  # the LSTM restarts, as in the search
                 lstm_state = tuple(torch.zeros_like(s) for s in lstm_state)
             vp_loss = vp_loss + ce(step.value_prefix_logits, scalar_to_support(vp_target[:, k - 1], *net.reward_support)) * mask_vp[:, k - 1]
-            unroll_value = unroll_value + ce(step.value_logits, scalar_to_support(value_target[:, k], S)) * mask_value[:, k]
+            unroll_value = unroll_value + ce(step.value_logits, scalar_to_support(value_target[:, k], *S)) * mask_value[:, k]
             unroll_policy = unroll_policy + policy_ce(step.policy_logits, k) * mask_policy[:, k]
             if t.consistency:
                 predicted = self._project(hidden, with_predictor=True)

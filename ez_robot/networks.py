@@ -237,13 +237,15 @@ class EfficientZeroNet(nn.Module):
         self.action_inputs = self.action_spec.dims if self.action_spec.sampled else \
             (1 if len(obs_shape) == 3 else self.num_actions)
         self.support_size = config.support_size
+        # (size, bins per unit of h) of the value support
+        self.value_support = (config.support_size, config.value_support_scale)
         # (size, bins per unit of h) of the value-prefix (or reward) support
         self.reward_support = (config.reward_support_size or config.support_size, config.reward_support_scale)
         self.lstm_hidden = config.lstm_hidden
         self.value_prefix = value_prefix
         self.pixels = len(obs_shape) == 3
         self.normalizer: ObservationNormalizer | None = None  # states, with model.normalize_obs
-        bins = 2 * config.support_size + 1
+        bins = 2 * config.support_size * config.value_support_scale + 1
         if self.pixels:
             self._build_pixels(config, bins)
         else:

@@ -63,8 +63,9 @@ def batch(config, net, replay, rng, target_net=None):
 
 
 @pytest.mark.parametrize("overrides", [(), ("model.reward_support_size=4", "model.reward_support_scale=10"),
+                                       ("model.value_support_scale=2",),
                                        ("train.optimizer=adam", "train.lr=3e-3", "train.lr_final=3e-3")],
-                         ids=["defaults", "fine_prefix", "adam"])
+                         ids=["defaults", "fine_prefix", "fine_value", "adam"])
 def test_fixed_batch_loss_decreases(overrides):
     config = small_config(*overrides)
     net, replay, rng = setup(config)

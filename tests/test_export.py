@@ -98,10 +98,12 @@ def no_prefix(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def fine_prefix(tmp_path_factory):
-    """cartpole_swingup with a value-prefix support of its own (10 bins per unit of h)."""
+    """cartpole_swingup with a value-prefix support of its own (10 bins per unit of h) and a
+    value support of 2 bins per unit."""
     net, config = tiny_model("cartpole_swingup", overrides=["model.reward_support_size=4",
-                                                            "model.reward_support_scale=10"])
-    assert net.reward_support == (4, 10) and net.support_size == 10
+                                                            "model.reward_support_scale=10",
+                                                            "model.value_support_scale=2"])
+    assert net.reward_support == (4, 10) and net.value_support == (10, 2)
     bundle = tmp_path_factory.mktemp("cartpole-fine") / "bundle"
     return {"net": net, "config": config, "bundle": bundle, "manifest": export_model(net, config, bundle,
                                                                                      observations=8)}
@@ -174,10 +176,10 @@ def test_onnx_outputs_match_torch_within_tolerance(case, batch, request):
         keep = torch.as_tensor(1 - reset)[:, None]
         lstm = (torch.as_tensor(h) * keep, torch.as_tensor(c) * keep)
         rec = net.recurrent_inference(init.hidden, lstm, torch.as_tensor(actions))
-    expected = [init.hidden, support_to_scalar(init.value_logits, net.support_size), init.policy_logits,
+    expected = [init.hidden, support_to_scalar(init.value_logits, *net.value_support), init.policy_logits,
                 rec.hidden, *rec.lstm_state,
                 support_to_scalar(rec.value_prefix_logits, *net.reward_support),
-                support_to_scalar(rec.value_logits, net.support_size), rec.policy_logits]
+                support_to_scalar(rec.value_logits, *net.value_support), rec.policy_logits]
     hidden, value, logits = policy.networks.initial(obs)
     got = [hidden, value, logits, *policy.networks.recurrent(hidden, h, c, actions, reset)]
     for ours, theirs in zip(got, expected):

@@ -52,6 +52,12 @@ def test_a_finer_support_resolves_what_integer_bins_round():
     out = net.recurrent_inference(net.initial_inference(torch.zeros(2, 5)).hidden, net.initial_lstm_state(2),
                                   torch.tensor([0, 1]))
     assert out.value_prefix_logits.shape == (2, 121) and out.value_logits.shape == (2, 41)
+    # a finer value support: bins half a unit of h apart, the value-prefix head unchanged
+    net = make_network((5,), 3, dataclasses.replace(SMALL, value_support_scale=2))
+    out = net.recurrent_inference(net.initial_inference(torch.zeros(2, 5)).hidden, net.initial_lstm_state(2),
+                                  torch.tensor([0, 1]))
+    assert out.value_logits.shape == (2, 81) and out.value_prefix_logits.shape == (2, 41)
+    assert net.value_support == (20, 2) and net.reward_support == (20, 1)
 
 
 @pytest.mark.parametrize("obs_shape", [(12, 96, 96), (9, 84, 84)])
