@@ -61,6 +61,12 @@ def scalar_to_support(x: torch.Tensor, support_size: int, scale: int = 1) -> tor
     return out
 
 
+def support_bins(support: tuple[int, int]) -> int:
+    """Bins of a (size, bins per unit of h) support: -size..size in steps of 1 / scale."""
+    size, scale = support
+    return 2 * size * scale + 1
+
+
 def support_to_scalar(logits: torch.Tensor, support_size: int, scale: int = 1) -> torch.Tensor:
     """[..., 2 S scale + 1] logits -> [...] scalars: softmax mean over the bins -S..S
     (1/scale apart), then h^-1."""
@@ -245,7 +251,7 @@ class EfficientZeroNet(nn.Module):
         self.value_prefix = value_prefix
         self.pixels = len(obs_shape) == 3
         self.normalizer: ObservationNormalizer | None = None  # states, with model.normalize_obs
-        bins = 2 * config.support_size * config.value_support_scale + 1
+        bins = support_bins(self.value_support)
         if self.pixels:
             self._build_pixels(config, bins)
         else:
@@ -322,8 +328,7 @@ class EfficientZeroNet(nn.Module):
         self._build_reward(c.latent_dim, c, norm=ln)
 
     def _build_reward(self, features: int, c: ModelConfig, norm=nn.BatchNorm1d) -> None:
-        size, scale = self.reward_support
-        bins = 2 * size * scale + 1
+        bins = support_bins(self.reward_support)
         hidden = [c.head_hidden] * c.head_layers  # 1 for pixels (refused otherwise)
         if self.value_prefix:
             self.lstm = nn.LSTMCell(features, c.lstm_hidden)
