@@ -187,6 +187,11 @@ class TrainConfig:
     """Run length in env.budget_unit."""
     train_steps_per_agent_step: float = 1.2
     """Learner steps per agent decision (the paper: 120k training steps for 100k Atari steps)."""
+    offline_train_steps: int = 0
+    """Learner steps after self-play has spent the budget, on the replay as it stands
+    (EfficientZero V2 trains 20k more on DMC).  The learning-rate, dynamic-horizon and
+    priority schedules span all the training steps, these included; self-play's temperature
+    spans the steps paced to it.  `--resume` a finished run with it to train that run on."""
     batch_size: int = 256
     """Minibatch size."""
     optimizer: str = "sgd"
@@ -277,6 +282,7 @@ class TrainConfig:
         _check("train", [
             ("budget", self.budget >= 1, ">= 1"),
             ("train_steps_per_agent_step", self.train_steps_per_agent_step > 0, "> 0"),
+            ("offline_train_steps", self.offline_train_steps >= 0, ">= 0"),
             ("batch_size", self.batch_size >= 1, ">= 1"),
             ("optimizer", self.optimizer in ("sgd", "adam"), "'sgd' or 'adam'"),
             ("lr", self.lr > 0, "> 0"),

@@ -249,7 +249,9 @@ class _Pipeline:
 
     def _evaluations(self) -> None:
         c = self.counters
-        if c.agent_steps >= c.next_eval and c.agent_steps < self.config.agent_steps_budget:
+        # the final evaluation covers the budget, unless offline training steps come after it
+        offline_left = self.config.train.offline_train_steps > 0 and self.chunk is not None
+        if c.agent_steps >= c.next_eval and (c.agent_steps < self.config.agent_steps_budget or offline_left):
             self.evals[self._evaluate()] = (c.next_eval, c.at(train_steps=self.learner_steps))
             c.next_eval = (c.agent_steps // self.eval_interval + 1) * self.eval_interval
         # logged in the order they were started: one that finishes before an earlier one waits

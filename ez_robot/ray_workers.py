@@ -40,7 +40,7 @@ from ez_robot.errors import TrainingAborted
 from ez_robot.evaluation import evaluate
 from ez_robot.inference import make_inference
 from ez_robot.reanalyze import Sweeper, Targets, reanalyze, reanalyze_search_config, search_segments, sweep_round
-from ez_robot.schedules import TRAIN_LOG_INTERVAL, Counters, temperature_at, total_train_steps, train_steps_due
+from ez_robot.schedules import TRAIN_LOG_INTERVAL, Counters, paced_train_steps, temperature_at, train_steps_due
 from ez_robot.targets import BatchContext
 from ez_robot.trainer import sample_batch
 
@@ -478,7 +478,7 @@ class SelfPlayWorker:
         self.storage, self.replay = _actor(names["storage"]), _actor(names["replay"])
         generation = ray.get(self.storage.worker_started.remote("selfplay", index))
         self.config, self.num_envs = config, num_envs
-        self.index, self.stopwatch, self.total = index, Stopwatch(), total_train_steps(config)
+        self.index, self.stopwatch, self.paced = index, Stopwatch(), paced_train_steps(config)
         seed = int(np.random.SeedSequence([config.seed, index, generation, start_steps]).generate_state(1)[0] >> 1)
         self.net = make_model(config, spec).eval()
         self.version = -1
@@ -513,7 +513,7 @@ class SelfPlayWorker:
 
     def _play(self, decisions: int, train_steps: int) -> tuple[list, list[str]]:
         episodes, errors = [], []
-        temperature = temperature_at(train_steps, self.total)
+        temperature = temperature_at(train_steps, self.paced)
         for _ in range(decisions):
             with self.stopwatch("selfplay"):
                 played = self.actor.step(train_steps, temperature)

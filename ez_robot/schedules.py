@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ez_robot.config import Config
 
-__all__ = ["Counters", "TRAIN_LOG_INTERVAL", "RECENT_EPISODES", "total_train_steps", "train_steps_due",
+__all__ = ["Counters", "TRAIN_LOG_INTERVAL", "RECENT_EPISODES", "paced_train_steps", "total_train_steps", "train_steps_due",
            "temperature_at", "priority_beta", "eval_seed", "default_eval_interval", "next_eval_after",
            "replay_shortfall"]
 
@@ -54,8 +54,14 @@ class Counters:
         return cls(**{key: value for key, value in state.items() if key in names})
 
 
-def total_train_steps(config: Config) -> int:
+def paced_train_steps(config: Config) -> int:
+    """The learner's steps paced to self-play (the ratio times the budget's decisions)."""
     return max(1, math.ceil(config.agent_steps_budget * config.train.train_steps_per_agent_step))
+
+
+def total_train_steps(config: Config) -> int:
+    """The learner's steps in the whole run: those paced to self-play, then the offline ones."""
+    return paced_train_steps(config) + config.train.offline_train_steps
 
 
 def train_steps_due(config: Config, agent_steps: int) -> int:
@@ -68,7 +74,8 @@ def train_steps_due(config: Config, agent_steps: int) -> int:
 
 
 def temperature_at(train_steps: int, total: int) -> float:
-    """Visit-count temperature 1 -> 0.5 -> 0.25 at 50% and 75% of training (appendix)."""
+    """Visit-count temperature 1 -> 0.5 -> 0.25 at 50% and 75% of training (appendix);
+    ``total`` is the training paced to self-play (:func:`paced_train_steps`)."""
     progress = train_steps / max(total, 1)
     return 1.0 if progress < 0.5 else 0.5 if progress < 0.75 else 0.25
 

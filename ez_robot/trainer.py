@@ -25,7 +25,8 @@ from ez_robot.policies import ActionSpec
 from ez_robot.replay import ReplayBuffer
 from ez_robot.run_files import RunFiles
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, next_eval_after, priority_beta,
-                                replay_shortfall, temperature_at, total_train_steps, train_steps_due)
+                                paced_train_steps, replay_shortfall, temperature_at, total_train_steps,
+                                train_steps_due)
 from ez_robot.session import Session, interrupt_on_sigterm
 from ez_robot.targets import network_bootstraps, prepare_context, value_horizons
 
@@ -48,6 +49,7 @@ class _Run:
         self.spec = EnvSpec.of(envs[0], config.env)
         self.learner = make_learner(config, self.spec, dev)
         self.total_train_steps = self.learner.total_train_steps
+        self.paced_train_steps = paced_train_steps(config)  # self-play's share: its temperature spans it
         self.replay: ReplayBuffer = make_replay(config)
         backend = config.train.inference
         self.inferences = {  # the learner's snapshots, as the searches call them
@@ -74,7 +76,7 @@ class _Run:
         if c.agent_steps >= self.config.agent_steps_budget:
             return
         with self.stopwatch("selfplay"):
-            played = self.actor.step(c.train_steps, temperature_at(c.train_steps, self.total_train_steps))
+            played = self.actor.step(c.train_steps, temperature_at(c.train_steps, self.paced_train_steps))
             c.agent_steps += self.num_envs
             segments = played.segments
             if c.agent_steps >= self.config.agent_steps_budget:  # self-play ends: unfinished episodes go too
@@ -90,9 +92,11 @@ class _Run:
 
     def learn(self, files: RunFiles, checkpoint_interval: int, session: Session) -> None:
         """Training steps until the learner is at train_steps_per_agent_step of the actor
-        (or the session's time is up)."""
+        (or the session's time is up).  The offline steps come TRAIN_LOG_INTERVAL at a time,
+        after the evaluation at the budget, with the progress bar's updates in between."""
         c = self.counters
-        due = train_steps_due(self.config, c.agent_steps)
+        due, paced = train_steps_due(self.config, c.agent_steps), self.paced_train_steps
+        due = min(due, paced) if c.train_steps < paced else min(due, c.train_steps + TRAIN_LOG_INTERVAL)
         while self.replay.ready() and c.train_steps < due and session.time_left():
             metrics = self._train_step()
             c.train_steps += 1
@@ -193,15 +197,15 @@ def replay_moves_at(state: dict, replay_checkpoint: bool) -> int:
 
 
 def check_resumable(config: Config, state: dict, run_dir: Path | str, replay_checkpoint: bool = True) -> None:
-    """Before a resumed run starts anything: it must have budget left (a larger --budget
-    extends a finished run), its replay files must be whole, and it must be able to fill
+    """Before a resumed run starts anything: it must have budget or training steps left (a
+    larger --budget or more offline training steps extend a finished run), its replay files must be whole, and it must be able to fill
     its replay to where training can sample."""
     counters = Counters.from_state_dict(state["counters"])
     if counters.agent_steps >= config.agent_steps_budget and counters.train_steps >= total_train_steps(config):
         raise ConfigError(
             f"the run already finished its budget ({counters.agent_steps} agent steps, {counters.train_steps} "
             f"training steps; budget {config.train.budget} {config.env.budget_unit}); give a larger --budget "
-            "to extend it")
+            "to extend it, or --set train.offline_train_steps=N to train it N steps more on its replay")
     if replay_checkpoint and state.get("replay"):
         ReplayFiles(Path(run_dir) / "checkpoints" / "replay").check(state["replay"])
     problem = replay_shortfall(config, counters, replay_moves_at(state, replay_checkpoint))

@@ -76,6 +76,29 @@ def test_both_trainers_write_the_same_kinds_of_metrics(local_ray, tmp_path, mode
     assert meta["trainer"] == "ray" and meta["format"] == CHECKPOINT_FORMAT and meta["torch_version"] == torch.__version__
 
 
+def test_offline_training_steps_come_after_self_play_in_both_trainers(local_ray, tmp_path):
+    """``train.offline_train_steps``: the learner trains on after the last decision, with an
+    evaluation at the budget before those steps and the final one after them (the Ray
+    trainer's is labelled with the learner's count when it was asked for)."""
+    from ez_robot import ray_trainer, trainer
+
+    config = load_config("gym:CartPole-v1", budget="120", seed=3, overrides=TINY + ["train.offline_train_steps=40"])
+    single = trainer.train(config, tmp_path / "single", device="cpu", progress=False, checkpoint_interval=20)
+    distributed = ray_trainer.train(config, tmp_path / "ray", workers=1, device="cpu", progress=False,
+                                    checkpoint_interval=20)
+    for name, summary in (("single", single), ("ray", distributed)):
+        assert (summary["agent_steps"], summary["train_steps"]) == (120, 70)  # 30 paced to self-play, then 40
+        logged = records(tmp_path / name)
+        at_budget = [r["train_steps"] for r in logged if r["kind"] == "eval" and r["agent_steps"] == 120]
+        assert len(at_budget) == 2 and at_budget[0] < 70 and at_budget[1] == 70, (name, at_budget)
+        offline = [r["train_steps"] for r in logged if r["kind"] == "train" and r["train_steps"] > 30]
+        assert offline == [50], name  # logged every 50 steps: the one after self-play ended
+        assert load_run(tmp_path / name).counters["train_steps"] == 70
+    assert records(tmp_path / "single")[-1]["kind"] == "eval"
+    first = next(r for r in records(tmp_path / "single") if r["kind"] == "eval" and r["agent_steps"] == 120)
+    assert first["train_steps"] == 30  # the single-process trainer evaluates exactly at self-play's share
+
+
 def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
     """Kills the self-play worker and the reanalyze worker mid-run (as the OOM killer
     would), self-play while it plays decisions granted to it; Ray restarts them, they pull

@@ -176,6 +176,17 @@ def test_a_finished_run_extends_with_a_larger_budget(finished_run, tmp_path):
     assert not [e for e in evals if 120 < e < 132]  # the final evaluation at 120 is not taken again
 
 
+def test_a_finished_run_trains_on_with_offline_steps(finished_run, tmp_path):
+    run = copy_of(finished_run, tmp_path)
+    config = resume_config(read_checkpoint(run), overrides=["train.offline_train_steps=20"])
+    summary = train(config, run, device="cpu", progress=False, checkpoint_interval=10, resume=read_checkpoint(run))
+    assert (summary["agent_steps"], summary["train_steps"]) == (120, 50)  # no new decisions, 20 more steps
+    logged = records(run)
+    assert [r["kind"] for r in logged].count("episode") == [r["kind"] for r in records(finished_run)].count("episode")
+    evals = [(r["agent_steps"], r["train_steps"]) for r in logged if r["kind"] == "eval"]
+    assert evals[-2:] == [(120, 30), (120, 50)]  # the finished run's final evaluation, then the new one
+
+
 def test_checkpoints_hold_what_resuming_needs(finished_run):
     state = read_checkpoint(finished_run)
     for key in ("learner", "counters", "rng", "actor", "config", "spec", "replay", "metrics_bytes"):
