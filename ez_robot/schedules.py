@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from ez_robot.config import Config
 
-__all__ = ["Counters", "TRAIN_LOG_INTERVAL", "RECENT_EPISODES", "paced_train_steps", "total_train_steps", "train_steps_due",
-           "temperature_at", "priority_beta", "eval_seed", "default_eval_interval", "next_eval_after",
+__all__ = ["Counters", "TRAIN_LOG_INTERVAL", "RECENT_EPISODES", "paced_train_steps", "total_train_steps",
+           "train_steps_due", "temperature_at", "priority_beta", "eval_seed", "default_eval_interval", "next_eval_after",
            "replay_shortfall"]
 
 TRAIN_LOG_INTERVAL = 50
