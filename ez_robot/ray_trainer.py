@@ -249,9 +249,7 @@ class _Pipeline:
 
     def _evaluations(self) -> None:
         c = self.counters
-        # the final evaluation covers the budget, unless offline training steps come after it
-        offline_left = self.config.train.offline_train_steps > 0 and self.chunk is not None
-        if c.agent_steps >= c.next_eval and (c.agent_steps < self.config.agent_steps_budget or offline_left):
+        if c.agent_steps >= c.next_eval and (c.agent_steps < self.config.agent_steps_budget or self._offline_left()):
             self.evals[self._evaluate()] = (c.next_eval, c.at(train_steps=self.learner_steps))
             c.next_eval = (c.agent_steps // self.eval_interval + 1) * self.eval_interval
         # logged in the order they were started: one that finishes before an earlier one waits
@@ -261,6 +259,11 @@ class _Pipeline:
             if not ray.wait([ref], timeout=0)[0]:
                 break
             self._log_eval(ref)
+
+    def _offline_left(self) -> bool:
+        """Offline training steps still to come: the budget gets an evaluation before them (the
+        final one covers it otherwise)."""
+        return self.config.train.offline_train_steps > 0 and self.chunk is not None
 
     def _evaluate(self):
         return evaluate_weights.options(**self.placement.evaluation()).remote(
