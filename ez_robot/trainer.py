@@ -95,8 +95,9 @@ class _Run:
         (or the session's time is up).  The offline steps come TRAIN_LOG_INTERVAL at a time,
         after the evaluation at the budget, with the progress bar's updates in between."""
         c = self.counters
-        due, paced = train_steps_due(self.config, c.agent_steps), self.paced_train_steps
-        due = min(due, paced) if c.train_steps < paced else min(due, c.train_steps + TRAIN_LOG_INTERVAL)
+        paced = self.paced_train_steps
+        stop = paced if c.train_steps < paced else c.train_steps + TRAIN_LOG_INTERVAL
+        due = min(train_steps_due(self.config, c.agent_steps), stop)
         while self.replay.ready() and c.train_steps < due and session.time_left():
             metrics = self._train_step()
             c.train_steps += 1
@@ -198,8 +199,8 @@ def replay_moves_at(state: dict, replay_checkpoint: bool) -> int:
 
 def check_resumable(config: Config, state: dict, run_dir: Path | str, replay_checkpoint: bool = True) -> None:
     """Before a resumed run starts anything: it must have budget or training steps left (a
-    larger --budget or more offline training steps extend a finished run), its replay files must be whole, and it must be able to fill
-    its replay to where training can sample."""
+    larger --budget or more offline training steps extend a finished run), its replay files
+    must be whole, and it must be able to fill its replay to where training can sample."""
     counters = Counters.from_state_dict(state["counters"])
     if counters.agent_steps >= config.agent_steps_budget and counters.train_steps >= total_train_steps(config):
         raise ConfigError(

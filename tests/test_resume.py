@@ -178,8 +178,9 @@ def test_a_finished_run_extends_with_a_larger_budget(finished_run, tmp_path):
 
 def test_a_finished_run_trains_on_with_offline_steps(finished_run, tmp_path):
     run = copy_of(finished_run, tmp_path)
-    config = resume_config(read_checkpoint(run), overrides=["train.offline_train_steps=20"])
-    summary = train(config, run, device="cpu", progress=False, checkpoint_interval=10, resume=read_checkpoint(run))
+    state = read_checkpoint(run)
+    config = resume_config(state, overrides=["train.offline_train_steps=20"])
+    summary = train(config, run, device="cpu", progress=False, checkpoint_interval=10, resume=state)
     assert (summary["agent_steps"], summary["train_steps"]) == (120, 50)  # no new decisions, 20 more steps
     logged = records(run)
     assert [r["kind"] for r in logged].count("episode") == [r["kind"] for r in records(finished_run)].count("episode")
