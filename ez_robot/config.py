@@ -187,11 +187,6 @@ class TrainConfig:
     """Run length in env.budget_unit."""
     train_steps_per_agent_step: float = 1.2
     """Learner steps per agent decision (the paper: 120k training steps for 100k Atari steps)."""
-    pacing: str = "all_decisions"
-    """How the learner's steps follow self-play: ``all_decisions`` (the ratio times every
-    decision played, so the warm-up's share, ratio x replay.min_replay_size steps, comes at
-    once on the warm-up data when sampling starts) or ``after_warmup`` (the same total spread
-    over the decisions after replay.min_replay_size: no burst on the first data)."""
     offline_train_steps: int = 0
     """Learner steps after self-play has spent the budget, on the replay as it stands
     (EfficientZero V2 trains 20k more on DMC).  The learning-rate, dynamic-horizon and
@@ -287,7 +282,6 @@ class TrainConfig:
         _check("train", [
             ("budget", self.budget >= 1, ">= 1"),
             ("train_steps_per_agent_step", self.train_steps_per_agent_step > 0, "> 0"),
-            ("pacing", self.pacing in ("all_decisions", "after_warmup"), "'all_decisions' or 'after_warmup'"),
             ("offline_train_steps", self.offline_train_steps >= 0, ">= 0"),
             ("batch_size", self.batch_size >= 1, ">= 1"),
             ("optimizer", self.optimizer in ("sgd", "adam"), "'sgd' or 'adam'"),

@@ -40,8 +40,7 @@ from ez_robot.errors import TrainingAborted
 from ez_robot.evaluation import evaluate
 from ez_robot.inference import make_inference
 from ez_robot.reanalyze import Sweeper, Targets, reanalyze, reanalyze_search_config, search_segments, sweep_round
-from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, decisions_allowed, paced_train_steps, temperature_at,
-                                train_steps_due)
+from ez_robot.schedules import TRAIN_LOG_INTERVAL, Counters, paced_train_steps, temperature_at, train_steps_due
 from ez_robot.targets import BatchContext
 from ez_robot.trainer import sample_batch
 
@@ -84,10 +83,10 @@ class SharedStorage:
     def request_steps(self, wanted: int, num_envs: int, *, worker: int) -> dict:
         """Grants self-play worker ``worker`` up to ``wanted`` agent steps (whole decisions
         of ``num_envs``)."""
-        c = self.counters
+        c, ratio = self.counters, self.config.train.train_steps_per_agent_step
         ceiling = self.budget
         if self.replay_moves >= self.config.replay.min_replay_size:
-            ceiling = min(ceiling, decisions_allowed(self.config, c.train_steps) + self.lead)
+            ceiling = min(ceiling, int(c.train_steps / ratio) + self.lead)
         granted = min(wanted, ceiling - c.agent_steps)
         granted = num_envs * -(-granted // num_envs) if granted > 0 and not self.stopping else 0
         c.agent_steps += granted

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from ez_robot.config import Config
 
 __all__ = ["Counters", "TRAIN_LOG_INTERVAL", "RECENT_EPISODES", "paced_train_steps", "total_train_steps",
-           "train_steps_due", "decisions_allowed", "temperature_at", "priority_beta", "eval_seed",
-           "default_eval_interval", "next_eval_after", "replay_shortfall"]
+           "train_steps_due", "temperature_at", "priority_beta", "eval_seed", "default_eval_interval", "next_eval_after",
+           "replay_shortfall"]
 
 TRAIN_LOG_INTERVAL = 50
 """Training steps between two ``train`` records (losses) in metrics.jsonl."""
@@ -64,32 +64,13 @@ def total_train_steps(config: Config) -> int:
     return paced_train_steps(config) + config.train.offline_train_steps
 
 
-def _pace(config: Config) -> tuple[int, float]:
-    """(decisions before pacing starts, learner steps per decision after them): the ratio
-    from the first decision, or with ``train.pacing=after_warmup`` the same paced total
-    over the decisions after the warm-up."""
-    ratio, budget = config.train.train_steps_per_agent_step, config.agent_steps_budget
-    if config.train.pacing == "after_warmup":
-        warmup = min(config.replay.min_replay_size, budget - 1)
-        return warmup, ratio * budget / (budget - warmup)
-    return 0, ratio
-
-
 def train_steps_due(config: Config, agent_steps: int) -> int:
     """Training steps the learner may have done after ``agent_steps`` decisions: the
-    config's pacing, and all of them once self-play has spent the budget."""
+    config's ratio, and all of them once self-play has spent the budget."""
     total = total_train_steps(config)
     if agent_steps >= config.agent_steps_budget:
         return total
-    start, rate = _pace(config)
-    return min(int(max(agent_steps - start, 0) * rate), total)
-
-
-def decisions_allowed(config: Config, train_steps: int) -> int:
-    """The inverse of :func:`train_steps_due`: decisions self-play may have played once the
-    learner has made ``train_steps`` (before the lead the trainer grants on top)."""
-    start, rate = _pace(config)
-    return start + int(train_steps / rate)
+    return min(int(agent_steps * config.train.train_steps_per_agent_step), total)
 
 
 def temperature_at(train_steps: int, total: int) -> float:

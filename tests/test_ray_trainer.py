@@ -99,31 +99,6 @@ def test_offline_training_steps_come_after_self_play_in_both_trainers(local_ray,
     assert first["train_steps"] == 30  # the single-process trainer evaluates exactly at self-play's share
 
 
-def test_pacing_after_the_warm_up_spreads_the_same_training_over_the_later_decisions(local_ray, tmp_path):
-    """``train.pacing=after_warmup``: no learner steps are due on the warm-up data alone (the
-    default owes ratio x min_replay_size of them at once), the paced total is the same, and
-    self-play's allowance is the inverse of the learner's due count, so both trainers finish."""
-    from ez_robot import ray_trainer, trainer
-    from ez_robot.schedules import decisions_allowed, paced_train_steps, train_steps_due
-
-    overrides = ["replay.min_replay_size=500", "train.train_steps_per_agent_step=1.2"]
-    burst = load_config("gym:CartPole-v1", budget="2k", overrides=overrides)
-    spread = load_config("gym:CartPole-v1", budget="2k", overrides=overrides + ["train.pacing=after_warmup"])
-    assert train_steps_due(burst, 500) == 600 and train_steps_due(spread, 500) == 0
-    assert train_steps_due(spread, 1250) == 1200  # 1.6 steps per decision over the last 1,500
-    for config in (burst, spread):
-        assert train_steps_due(config, 2000) == paced_train_steps(config) == 2400
-        for steps in range(0, 2400, 7):
-            allowed = decisions_allowed(config, steps)
-            assert train_steps_due(config, allowed) <= steps <= train_steps_due(config, allowed + 1)
-
-    config = load_config("gym:CartPole-v1", budget="120", seed=4, overrides=TINY + ["train.pacing=after_warmup"])
-    single = trainer.train(config, tmp_path / "single", device="cpu", progress=False)
-    distributed = ray_trainer.train(config, tmp_path / "ray", workers=1, device="cpu", progress=False)
-    for summary in (single, distributed):
-        assert (summary["agent_steps"], summary["train_steps"]) == (120, 30)
-
-
 def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
     """Kills the self-play worker and the reanalyze worker mid-run (as the OOM killer
     would), self-play while it plays decisions granted to it; Ray restarts them, they pull
