@@ -26,7 +26,6 @@ cdef extern from "tree.h" namespace "ez":
         double c_scale
         int max_considered
         cbool root_mean_q
-        cbool target_log_visits
 
     void considered_visit_sequence(int, int, int32_t*)
 
@@ -108,9 +107,6 @@ cdef class Tree:
     marks a child that does not exist: it is never visited and has no policy mass.
     pUCT scores an unvisited root child with Q = 0 (the paper), or with ``root_mean_q``
     the mean Q of the root's visited children (for returns that can be negative).
-    With ``target_log_visits`` the Gumbel root's ``improved_policy()`` read-out scales each
-    candidate's sigma(q) by ``log(max(N(a), 1) + 1)`` (EfficientZero V2's released policy
-    target); selection uses the plain improved policy either way.
     """
 
     cdef Arena* arena
@@ -123,7 +119,7 @@ cdef class Tree:
                   double c1=1.25, double c2=19652.0, double discount=0.997,
                   int lstm_horizon=5, double min_max_epsilon=0.01, bint gumbel=False,
                   double c_visit=50.0, double c_scale=0.1, int max_considered=16,
-                  bint root_mean_q=False, bint target_log_visits=False):
+                  bint root_mean_q=False):
         self.arena = NULL
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -158,7 +154,6 @@ cdef class Tree:
         params.c_scale = c_scale
         params.max_considered = max_considered
         params.root_mean_q = root_mean_q
-        params.target_log_visits = target_log_visits
         self.batch_size = batch_size
         self.num_actions = num_actions
         self.num_simulations = num_simulations

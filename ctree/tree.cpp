@@ -294,7 +294,7 @@ void Arena::completed_q(int tree, size_t id, double* q, int& visits_sum, int& vi
     }
 }
 
-int Arena::improved_policy_at(int tree, size_t id, double* pi, bool log_visits) const {
+int Arena::improved_policy_at(int tree, size_t id, double* pi) const {
     double* q = q_scratch_.data();
     int visits_sum, visits_max;
     completed_q(tree, id, q, visits_sum, visits_max);
@@ -304,9 +304,7 @@ int Arena::improved_policy_at(int tree, size_t id, double* pi, bool log_visits) 
     double top = -kInf;
     for (int a = 0; a < A_; ++a) {
         if (!is_valid(id, a)) continue;
-        double sigma = scale * mm.normalize(q[a], params_.min_max_epsilon);
-        if (log_visits) sigma *= std::log(std::max(child_visits(tree, id, a), 1) + 1.0);
-        pi[a] = log_p[a] + sigma;
+        pi[a] = log_p[a] + scale * mm.normalize(q[a], params_.min_max_epsilon);
         top = std::max(top, pi[a]);
     }
     double total = 0.0;
@@ -476,7 +474,7 @@ void Arena::root_completed_q(float* out) const {
 
 void Arena::improved_policy(float* out) const {
     for (int b = 0; b < B_; ++b) {
-        improved_policy_at(b, node_id(b, 0), score_scratch_.data(), params_.target_log_visits);
+        improved_policy_at(b, node_id(b, 0), score_scratch_.data());
         for (int a = 0; a < A_; ++a) out[(size_t)b * A_ + a] = (float)score_scratch_[a];
     }
 }

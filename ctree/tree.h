@@ -38,9 +38,6 @@ struct SearchParams {
     int max_considered = 16;     // m: root candidates sequential halving starts from
     bool root_mean_q = false;    // pUCT: unvisited root children get the mean Q of the visited
                                  // ones instead of the paper's 0 (see select_puct)
-    bool target_log_visits = false;  // Gumbel: the root's improved policy read out (the policy
-                                     // target) scales each candidate's sigma(q) by log(max(N, 1) + 1),
-                                     // as EfficientZero V2's released code; selection is unchanged
 };
 
 // Running min/max of the Q values seen in one tree (updated along backup paths only).
@@ -137,7 +134,7 @@ private:
     void completed_q(int tree, size_t id, double* q, int& visits_sum, int& visits_max) const;
     double sigma_scale(int visits_max) const { return (params_.c_visit + visits_max) * params_.c_scale; }
     // Fills pi [A] with the improved policy at node `id`; returns sum_b N(b).
-    int improved_policy_at(int tree, size_t id, double* pi, bool log_visits = false) const;
+    int improved_policy_at(int tree, size_t id, double* pi) const;
 
     int B_, A_, S_, N_;
     SearchParams params_;

@@ -77,11 +77,6 @@ class SearchConfig:
     """Sampled modes (Gumbel search): sigma(q) = (c_visit + max_b N(b)) c_scale q."""
     c_scale: float = 0.1
     """Sampled modes (Gumbel search): see c_visit."""
-    target_log_visits: bool = False
-    """Sampled modes: the improved policy the search returns (the policy target) scales each
-    candidate's sigma(q) by log(max(N(a), 1) + 1), as EfficientZero V2's released code does:
-    the candidates sequential halving kept longest get the most weight.  Off: the Gumbel
-    paper's softmax(log pi + sigma(q)).  Selection inside the search is the same either way."""
     root_unvisited_q: str = "zero"
     """Joint mode (pUCT): the Q an unvisited root child is scored with.  "zero" is the
     paper's appendix (0, the worst value where returns are >= 0, as in Atari and DMC);
@@ -276,8 +271,7 @@ def _sampled_search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchC
     gumbel = None if greedy else rng.gumbel(size=(batch, count)).astype(np.float32)
     tree = Tree(batch, count, config.num_simulations, c1=config.c1, c2=config.c2, discount=config.discount,
                 lstm_horizon=config.lstm_horizon, min_max_epsilon=config.min_max_epsilon, gumbel=True,
-                c_visit=config.c_visit, c_scale=config.c_scale, max_considered=count,
-                target_log_visits=config.target_log_visits)
+                c_visit=config.c_visit, c_scale=config.c_scale, max_considered=count)
     tree.reset(_as_float32(root.value_prefix, "root.value_prefix"), _as_float32(root.value, "root.value"),
                logits, gumbel)
 

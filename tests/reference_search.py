@@ -161,12 +161,10 @@ class GumbelResult:
 
 def reference_gumbel_search(hidden, value_prefix, value, logits, recurrent_fn, *, num_simulations, stop_after=None,
                             discount=0.997, lstm_horizon=5, min_max_epsilon=0.01, c_visit=50.0, c_scale=0.1,
-                            max_considered=16, gumbel=None, target_log_visits=False) -> GumbelResult:
+                            max_considered=16, gumbel=None) -> GumbelResult:
     """Gumbel search of one root over its K = len(logits) children.  ``gumbel`` is the
     root's Gumbel noise g [K] (None: g = 0).  The considered-visits sequence is built for
-    ``num_simulations``; the search stops after ``stop_after`` of them (a deadline).
-    ``target_log_visits`` scales sigma(q) by log(max(N(a), 1) + 1) in the returned
-    improved policy only (EfficientZero V2's released target)."""
+    ``num_simulations``; the search stops after ``stop_after`` of them (a deadline)."""
     num_actions = len(logits)
     tree = _Search(recurrent_fn, discount, lstm_horizon, min_max_epsilon)
     root = Node(float(value_prefix), 0, hidden, logits, network_value=float(value))
@@ -199,13 +197,9 @@ def reference_gumbel_search(hidden, value_prefix, value, logits, recurrent_fn, *
     def sigma(q, visits_max):
         return (c_visit + visits_max) * c_scale * tree.normalize(q)
 
-    def improved_policy(node, log_visits=False):
+    def improved_policy(node):
         q, visits_sum, visits_max = completed_q(node)
-
-        def weight(a):
-            return math.log(max(visits(node, a), 1) + 1.0) if log_visits else 1.0
-
-        logits_new = [node.log_prior[a] + sigma(q[a], visits_max) * weight(a) if node.valid[a] else -math.inf
+        logits_new = [node.log_prior[a] + sigma(q[a], visits_max) if node.valid[a] else -math.inf
                       for a in range(num_actions)]
         top = max(logits_new)
         exps = [math.exp(x - top) if node.valid[a] else 0.0 for a, x in enumerate(logits_new)]
@@ -258,7 +252,7 @@ def reference_gumbel_search(hidden, value_prefix, value, logits, recurrent_fn, *
     return GumbelResult(
         visit_counts=np.array([visits(root, a) for a in range(num_actions)]),
         root_value=root.value() if root.visit_count else float(value),
-        improved_policy=np.array(improved_policy(root, target_log_visits)[0]),
+        improved_policy=np.array(improved_policy(root)[0]),
         completed_q=np.array(q),
         best_action=best_of_survivors(True),
         best_action_without_noise=best_of_survivors(False),

@@ -173,27 +173,6 @@ def test_sampled_search_returns_one_of_its_candidates_and_an_improved_policy(gau
     np.testing.assert_array_equal(again.actions, out.actions)  # pure: same rng, same result
 
 
-def test_the_log_visit_target_changes_the_policy_target_and_nothing_else(gaussian_net):
-    """search.target_log_visits (EfficientZero V2's released target) reaches the tree: the same
-    candidates, visits and actions, a policy target that puts more mass on the candidates
-    sequential halving kept to the end."""
-    from ez_robot.inference import TorchInference
-
-    inference = TorchInference(gaussian_net, "cpu")
-    obs = np.random.default_rng(6).standard_normal((5, 24)).astype(np.float32)
-    outs = []
-    for weighted in (False, True):
-        config = SearchConfig(num_simulations=32, num_candidates=16, discount=0.99, target_log_visits=weighted)
-        outs.append(search(inference.root(obs), inference.recurrent_fn, config, np.random.default_rng(7),
-                           action_spec=gaussian_net.action_spec))
-    plain, weighted = outs
-    for name in ("candidates", "visit_counts", "actions", "root_q_values"):
-        np.testing.assert_array_equal(getattr(weighted, name), getattr(plain, name))
-    np.testing.assert_allclose(weighted.policy.sum(axis=1), 1.0, rtol=1e-5)
-    finalists = plain.visit_counts == plain.visit_counts.max(axis=1, keepdims=True)
-    assert ((weighted.policy * finalists).sum(axis=1) > (plain.policy * finalists).sum(axis=1)).all()
-
-
 # --- config ------------------------------------------------------------------------------------
 
 def test_auto_picks_joint_where_the_bins_fit_and_gaussian_beyond():

@@ -156,46 +156,6 @@ def test_matches_python_reference(batch, k, sims, stop, max_considered, noise, h
         np.testing.assert_array_equal(got["considered"][b], ref.considered)
 
 
-@pytest.mark.parametrize("batch,k,sims,stop,max_considered,noise,horizon", PARITY_CASES[::3])
-def test_log_visit_target_matches_python_reference_and_leaves_the_search_alone(batch, k, sims, stop,
-                                                                               max_considered, noise, horizon):
-    """EfficientZero V2's policy target (sigma(q) x log(max(N, 1) + 1)): the same numbers as
-    the reference; every read-out but the improved policy equals the plain tree's."""
-    seed = batch + k + sims
-    model = MaskedModel(ElementwiseModel(k, seed), cut=-1.5)
-    hidden, vp, v, logits = random_root(model.model, batch, seed + 10)
-    g = np.random.default_rng(seed).gumbel(size=(batch, k)).astype(f32) if noise else None
-    params = dict(discount=0.98, lstm_horizon=horizon, min_max_epsilon=0.01, c_visit=50.0, c_scale=0.1,
-                  max_considered=max_considered)
-    plain = readouts(run_tree(model, hidden, vp, v, logits, sims, stop_after=stop, noise=g, gumbel=True, **params))
-    got = readouts(run_tree(model, hidden, vp, v, logits, sims, stop_after=stop, noise=g, gumbel=True,
-                            target_log_visits=True, **params))
-    for key in ("visits", "value", "q", "best", "best_greedy", "considered"):
-        np.testing.assert_array_equal(got[key], plain[key])
-    np.testing.assert_allclose(got["policy"].sum(axis=1), 1.0, rtol=1e-6)
-    for b in range(batch):
-        ref = reference_gumbel_search(
-            tuple(h[b:b + 1] for h in hidden), vp[b], v[b], logits[b], model, num_simulations=sims, stop_after=stop,
-            gumbel=None if g is None else g[b], target_log_visits=True, **params)
-        np.testing.assert_array_equal(got["policy"][b], ref.improved_policy.astype(f32))
-
-
-def test_log_visit_target_favours_the_candidates_searched_longest():
-    """On a bandit with equal priors, the plain target ranks by Q alone; the log-visit
-    target multiplies each sigma(q) by log(N + 1), so the best arm (the most visits)
-    gets more mass, and an arm never visited keeps log(2) of its sigma."""
-    bandit = StickyBandit([0.1, 0.5, 0.9, 0.3, 0.7, 0.2, 0.8, 0.4])
-    hidden, vp, v, logits = bandit.root(1)
-    params = dict(discount=1.0, gumbel=True, max_considered=8)
-    plain = run_tree(bandit, hidden, vp, v, logits, 16, **params)
-    weighted = run_tree(bandit, hidden, vp, v, logits, 16, target_log_visits=True, **params)
-    visits = weighted.root_visit_counts()[0]
-    np.testing.assert_array_equal(visits, plain.root_visit_counts()[0])
-    p_plain, p_weighted = plain.improved_policy()[0], weighted.improved_policy()[0]
-    assert visits[2] == visits.max() and p_weighted[2] > p_plain[2]
-    assert p_weighted.argmax() == p_plain.argmax() == 2
-
-
 @pytest.mark.parametrize("noise", [False, True])
 @pytest.mark.parametrize("seed", range(3))
 def test_puct_with_masked_children_matches_reference(seed, noise):
