@@ -41,7 +41,6 @@ def _check(section: str, rules: Iterable[tuple[str, bool, str]], obj) -> None:
 
 
 STATE_BODIES = ("mlp", "residual")
-HEAD_STYLES = ("mlp", "v2")
 ACTION_MODES = ("auto", "joint", "factorized", "gaussian")
 
 
@@ -139,12 +138,6 @@ class ModelConfig:
     ``residual`` (EfficientZero V2's state model, an experiment): a tanh-bounded latent
     refined by ``residual_blocks`` pre-norm residual blocks, and a dynamics that embeds
     the action (64 wide) and adds pre-norm residual updates to the state."""
-    head_style: str = "mlp"
-    """States: the value, policy and per-step reward heads.  ``mlp``: ``head_layers``
-    hidden layers with LayerNorm (the presets' heads); ``v2`` (EfficientZero V2's state
-    heads, an experiment): a pre-norm residual block and a LayerNorm in front of each head,
-    then ``head_layers`` hidden layers with BatchNorm1d.  The value-prefix head keeps its
-    LayerNorm (V2's state model predicts per-step rewards)."""
     residual_blocks: int = 2
     """States, ``state_body=residual``: pre-norm residual blocks in the representation and
     in the dynamics (EfficientZero V2: 2)."""
@@ -159,8 +152,7 @@ class ModelConfig:
             "support_size", "projection_hidden", "projection_out", "reward_support_scale", "value_support_scale",
             "residual_blocks")]
                + [("reward_support_size", self.reward_support_size >= 0, ">= 0 (0: support_size)"),
-                  ("state_body", self.state_body in STATE_BODIES, " or ".join(repr(b) for b in STATE_BODIES)),
-                  ("head_style", self.head_style in HEAD_STYLES, " or ".join(repr(b) for b in HEAD_STYLES))], self)
+                  ("state_body", self.state_body in STATE_BODIES, " or ".join(repr(b) for b in STATE_BODIES))], self)
 
 
 @dataclass(frozen=True)

@@ -154,12 +154,6 @@ class _PreNormBlock(nn.Module):
         return (x if update_of is None else update_of) + self.outer(F.relu(self.inner(self.norm(x))))
 
 
-def _v2_head(width: int, hidden: list[int], out: int) -> nn.Sequential:
-    """EfficientZero V2's state head: a pre-norm residual block and a LayerNorm on the
-    latent, then hidden layers with BatchNorm1d (``model.head_style=v2``)."""
-    return nn.Sequential(_PreNormBlock(width, width), nn.LayerNorm(width), _mlp([width, *hidden, out], zero_last=True))
-
-
 class _ResidualDynamics(nn.Module):
     """EfficientZero V2's state dynamics: the action through a 64-wide embedding (linear,
     LayerNorm, ReLU), one pre-norm block that reads state and embedding and updates the
@@ -276,9 +270,6 @@ class EfficientZeroNet(nn.Module):
         if c.head_layers != 1:
             raise ConfigError(f"model.head_layers={c.head_layers} is for state observations; the pixel heads are "
                               "the paper's (leave model.head_layers at 1)")
-        if c.head_style != "mlp":
-            raise ConfigError(f"model.head_style={c.head_style!r} is for state observations; the pixel heads are "
-                              "the paper's (leave model.head_style at 'mlp')")
         self.residual_body = False
         channels, height, width = self.obs_shape
         ch = c.num_channels
@@ -332,12 +323,8 @@ class EfficientZeroNet(nn.Module):
                                      norm=ln)
         self.reward_conv = nn.Identity()
         hidden = [c.head_hidden] * c.head_layers
-        if c.head_style == "v2":
-            self.value_head = _v2_head(c.latent_dim, hidden, bins)
-            self.policy_head = _v2_head(c.latent_dim, hidden, self.policy_size)
-        else:
-            self.value_head = _mlp([c.latent_dim, *hidden, bins], zero_last=True, norm=ln)
-            self.policy_head = _mlp([c.latent_dim, *hidden, self.policy_size], zero_last=True, norm=ln)
+        self.value_head = _mlp([c.latent_dim, *hidden, bins], zero_last=True, norm=ln)
+        self.policy_head = _mlp([c.latent_dim, *hidden, self.policy_size], zero_last=True, norm=ln)
         self._build_reward(c.latent_dim, c, norm=ln)
 
     def _build_reward(self, features: int, c: ModelConfig, norm=nn.BatchNorm1d) -> None:
@@ -347,8 +334,6 @@ class EfficientZeroNet(nn.Module):
             self.lstm = nn.LSTMCell(features, c.lstm_hidden)
             self.reward_bn = norm(c.lstm_hidden)
             self.reward_head = _mlp([c.lstm_hidden, *hidden, bins], zero_last=True, norm=norm)
-        elif c.head_style == "v2":  # states only (pixels refuse it)
-            self.reward_head = _v2_head(features, hidden, bins)
         else:  # ablation: a per-step reward from the next state, no recurrence
             self.reward_head = _mlp([features, c.lstm_hidden, *hidden, bins], zero_last=True, norm=norm)
 

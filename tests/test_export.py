@@ -119,18 +119,6 @@ def residual(tmp_path_factory):
                                                                                      observations=8)}
 
 
-@pytest.fixture(scope="module")
-def v2_heads(tmp_path_factory):
-    """cartpole_swingup with EfficientZero V2's state heads (a residual block, then
-    BatchNorm hidden layers) and its per-step reward head."""
-    net, config = tiny_model("cartpole_swingup", overrides=["model.head_style=v2", "model.head_layers=2",
-                                                            "train.value_prefix=false"])
-    assert any(isinstance(m, torch.nn.BatchNorm1d) for m in net.value_head.modules())
-    bundle = tmp_path_factory.mktemp("cartpole-v2-heads") / "bundle"
-    return {"net": net, "config": config, "bundle": bundle, "manifest": export_model(net, config, bundle,
-                                                                                     observations=8)}
-
-
 def observations_for(net, batch, seed=0):
     rng = np.random.default_rng(seed)
     if net.pixels:
@@ -172,7 +160,7 @@ def test_export_writes_a_validated_bundle_with_its_manifest(state):
     assert not list(bundle.parent.glob(".bundle.partial-*"))  # no staging directory left behind
 
 
-@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix", "fine_prefix", "residual", "v2_heads"])
+@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix", "fine_prefix", "residual"])
 @pytest.mark.parametrize("batch", [1, 7])
 def test_onnx_outputs_match_torch_within_tolerance(case, batch, request):
     """Both graphs, at a batch size the export never saw, from a used LSTM state."""
@@ -201,7 +189,7 @@ def test_onnx_outputs_match_torch_within_tolerance(case, batch, request):
     assert np.abs(value).max() > 0.01 and np.abs(logits).std() > 0.01  # the check was not on zeros
 
 
-@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix", "fine_prefix", "residual", "v2_heads"])
+@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix", "fine_prefix", "residual"])
 def test_runtime_picks_the_torch_search_actions(case, request):
     fixture = request.getfixturevalue(case)
     net, config = fixture["net"], fixture["config"]

@@ -167,36 +167,6 @@ def test_residual_state_body_takes_action_vectors_and_refuses_pixels():
         ModelConfig(state_body="resnet")
 
 
-def test_v2_heads_train_with_batch_statistics_and_predict_per_sample_in_eval():
-    from ez_robot.errors import ConfigError
-
-    config = dataclasses.replace(SMALL, head_style="v2", head_layers=2)
-    torch.manual_seed(0)
-    net = make_network((5,), 4, config, value_prefix=False).train()
-    for head in (net.value_head, net.policy_head, net.reward_head):
-        assert [type(m).__name__ for m in head.modules()].count("BatchNorm1d") == 2
-    obs = torch.randn(8, 5)
-    for head in (net.value_head, net.policy_head, net.reward_head):  # away from the zero start
-        torch.nn.init.normal_(head[-1][-1].weight)
-    out = net.initial_inference(obs)
-    step = net.recurrent_inference(out.hidden, net.initial_lstm_state(8), torch.arange(8) % 4)
-    (out.value_logits.sum() + out.policy_logits.sum() + step.value_prefix_logits.sum()).backward()
-    untouched = [name for name, p in net.named_parameters()
-                 if name.startswith(("value_head", "policy_head", "reward_head")) and p.grad is None]
-    assert untouched == []
-    running = net.value_head[-1][1].running_mean
-    assert running.abs().sum() > 0  # training updates the statistics the search will use
-    net.eval()
-    with torch.no_grad():  # in eval mode a sample's prediction does not depend on its batch
-        alone = net.initial_inference(obs[:1]).value_logits
-        batched = net.initial_inference(obs).value_logits[:1]
-    torch.testing.assert_close(alone, batched)
-    with pytest.raises(ConfigError, match="head_style='v2' is for state observations"):
-        make_network((3, 32, 32), 4, dataclasses.replace(config, head_layers=1))
-    with pytest.raises(ConfigError, match="model.head_style must be 'mlp' or 'v2', got 'bn'"):
-        ModelConfig(head_style="bn")
-
-
 @pytest.mark.parametrize("value_prefix", [True, False])
 def test_head_layers_deepen_the_state_heads_and_refuse_pixels(value_prefix):
     from ez_robot.errors import ConfigError
