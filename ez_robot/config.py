@@ -201,10 +201,6 @@ class TrainConfig:
     """Learning rate at the start, decayed exponentially to lr_final."""
     lr_final: float = 0.02
     """Learning rate at the end of training."""
-    lr_warm_up: float = 0.0
-    """Fraction of all training steps over which the learning rate ramps up linearly from
-    lr / steps to its scheduled value (EfficientZero's and V2's released code: 0.01; the
-    paper does not mention one)."""
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 1e-4
@@ -292,7 +288,6 @@ class TrainConfig:
             ("optimizer", self.optimizer in ("sgd", "adam"), "'sgd' or 'adam'"),
             ("lr", self.lr > 0, "> 0"),
             ("lr_final", self.lr_final > 0, "> 0"),
-            ("lr_warm_up", 0.0 <= self.lr_warm_up < 1.0, "in [0, 1)"),
             ("momentum", 0.0 <= self.momentum < 1.0, "in [0, 1)"),
             ("weight_decay", self.weight_decay >= 0, ">= 0"),
             ("max_grad_norm", self.max_grad_norm > 0, "> 0"),

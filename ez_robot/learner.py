@@ -11,7 +11,6 @@ dynamics is scaled by 0.5 at each step; the gradient norm is clipped to 5.
 from __future__ import annotations
 
 import copy
-import math
 
 import numpy as np
 import torch
@@ -70,13 +69,10 @@ class Learner:
         self.lstm_horizon = search_config(config).lstm_horizon
 
     def learning_rate(self, step: int) -> float:
-        """Exponential decay from lr to lr_final over the run (the paper: 0.2 -> 0.02), scaled
-        by a linear ramp over the first ``lr_warm_up`` fraction of the steps."""
+        """Exponential decay from lr to lr_final over the run (the paper: 0.2 -> 0.02)."""
         t = self.config.train
         progress = min(step / max(self.total_train_steps, 1), 1.0)
-        lr = t.lr * (t.lr_final / t.lr) ** progress
-        warm_steps = math.ceil(t.lr_warm_up * self.total_train_steps)
-        return lr * (step + 1) / warm_steps if step < warm_steps else lr
+        return t.lr * (t.lr_final / t.lr) ** progress
 
     def _observations(self, obs: np.ndarray) -> torch.Tensor:
         x = torch.as_tensor(obs, device=self.device)

@@ -75,23 +75,6 @@ def test_fixed_batch_loss_decreases(overrides):
     assert losses[-1] < 0.5 * losses[0]
 
 
-def test_learning_rate_schedule_with_and_without_warm_up():
-    config = small_config("train.lr=0.2", "train.lr_final=0.02")
-    net = make_network((STATES,), ACTIONS, config.model, value_prefix=config.train.value_prefix)
-    plain = Learner(net, config, 1000, torch.device("cpu"))
-    assert plain.learning_rate(0) == pytest.approx(0.2)
-    assert plain.learning_rate(500) == pytest.approx(0.2 * 0.1 ** 0.5)
-    assert plain.learning_rate(1000) == pytest.approx(0.02)
-    warm = Learner(copy.deepcopy(net), small_config("train.lr=0.2", "train.lr_final=0.02", "train.lr_warm_up=0.01"),
-                   1000, torch.device("cpu"))  # 10 warm-up steps: (step + 1) / 10 of the decayed rate
-    assert warm.learning_rate(0) == pytest.approx(plain.learning_rate(0) / 10)
-    assert warm.learning_rate(4) == pytest.approx(plain.learning_rate(4) / 2)
-    assert [warm.learning_rate(s) for s in (10, 500, 1000)] == pytest.approx(
-        [plain.learning_rate(s) for s in (10, 500, 1000)])
-    with pytest.raises(ConfigError, match="lr_warm_up"):
-        small_config("train.lr_warm_up=1.0")
-
-
 def test_adam_moments_travel_with_the_learner_state():
     config = small_config("train.optimizer=adam", "train.lr=3e-3", "train.lr_final=3e-3")
     net, replay, rng = setup(config)
