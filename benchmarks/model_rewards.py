@@ -67,6 +67,12 @@ def unrolled_rewards(inference: TorchInference, observations: np.ndarray, action
     return out
 
 
+def task_units(model_rewards: np.ndarray, env_config) -> np.ndarray:
+    """The model's per-decision rewards, learned in training units (``env.reward_scale`` x
+    (reward + ``env.reward_offset`` per simulator step)), back in the task's own."""
+    return np.asarray(model_rewards) / env_config.reward_scale - env_config.reward_offset * env_config.action_repeat
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="a run directory of a DMControl task (joint action mode)")
@@ -99,7 +105,7 @@ def main() -> None:
                 root = inference.root(np.repeat(flat[None], num_actions, axis=0))
                 _, predicted, _, _ = inference.recurrent_fn(root.hidden, np.arange(num_actions),
                                                             np.ones(num_actions, bool))
-                one_step_model.append(predicted)
+                one_step_model.append(task_units(predicted, agent.config.env))
                 chosen_true.append(one_step_true[-1][action])
             observations.append(flat)
             actions.append(action)
@@ -111,8 +117,9 @@ def main() -> None:
         returns.append(sum(rewards))
         starts = np.arange(args.from_decision, len(actions) - depth + 1)
         windows = starts[:, None] + np.arange(depth)[None]
-        unroll_model.append(unrolled_rewards(inference, np.stack(observations)[starts], np.array(actions)[windows],
-                                             depth, horizon))
+        unroll_model.append(task_units(unrolled_rewards(inference, np.stack(observations)[starts],
+                                                        np.array(actions)[windows], depth, horizon),
+                                       agent.config.env))
         unroll_true.append(np.array(rewards)[windows])
         print(f"episode {episode}: return {returns[-1]:.1f}", flush=True)
 

@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from ez_robot.envs.custom import is_custom_task, make_custom
-from ez_robot.envs.wrappers import (FlatObservations, JointDiscreteActions, NormalizedActions, RepeatAction, ScaleReward,
+from ez_robot.envs.wrappers import (FlatObservations, JointDiscreteActions, NormalizedActions, RepeatAction, TrainingReward,
                                     action_bounds)
 from ez_robot.errors import ConfigError, UnknownTaskError
 
@@ -177,8 +177,8 @@ def make_from_config(env_config, *, seed: int | None = None, mode: str = "train"
         if env_config.action_repeat > 1:
             env = RepeatAction(env, env_config.action_repeat)
     env = _action_mode_wrapper(env, env_config)
-    if mode == "train" and env_config.reward_scale != 1.0:  # evaluation reports the task's own returns
-        env = ScaleReward(env, env_config.reward_scale)
+    if mode == "train" and (env_config.reward_scale != 1.0 or env_config.reward_offset != 0.0):
+        env = TrainingReward(env, env_config.reward_scale, env_config.reward_offset)  # evaluation: the task's returns
     env.action_space.seed(seed)
     return env
 

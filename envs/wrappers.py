@@ -33,7 +33,7 @@ from gymnasium import spaces
 from ez_robot.errors import ConfigError, ObservationError
 
 __all__ = ["JointDiscreteActions", "NormalizedActions", "FactorizedActions", "FlatObservations", "RepeatAction",
-           "ScaleReward",
+           "TrainingReward",
            "discrete_action_table", "action_bounds", "observation_layout", "find_wrapper"]
 
 
@@ -184,16 +184,20 @@ class RepeatAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return obs, total, terminated, truncated, {**info, "env_frames": frames}
 
 
-class ScaleReward(gym.RewardWrapper, gym.utils.RecordConstructorArgs):
-    """Rewards multiplied by ``scale`` (``env.reward_scale``, training envs only)."""
+class TrainingReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Training rewards, ``scale * (reward + offset * steps)`` with ``steps`` the simulator
+    steps the decision took (``info["env_frames"]``, 1 where the env does not report them):
+    ``env.reward_scale`` and ``env.reward_offset``, training envs only."""
 
-    def __init__(self, env: gym.Env, scale: float):
-        gym.utils.RecordConstructorArgs.__init__(self, scale=scale)
+    def __init__(self, env: gym.Env, scale: float = 1.0, offset: float = 0.0):
+        gym.utils.RecordConstructorArgs.__init__(self, scale=scale, offset=offset)
         super().__init__(env)
-        self.scale = float(scale)
+        self.scale, self.offset = float(scale), float(offset)
 
-    def reward(self, reward):
-        return float(reward) * self.scale
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        steps = info.get("env_frames", 1)
+        return obs, self.scale * (float(reward) + self.offset * steps), terminated, truncated, info
 
 
 def flatten_observation(space: gym.Space, observation, what: str = "the env") -> np.ndarray:

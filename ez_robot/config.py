@@ -78,6 +78,13 @@ class EnvConfig:
     """Training rewards multiplied by this (self-play and value targets; evaluation and eval
     returns stay in the task's units).  For tasks whose rewards are small next to the value
     support's resolution, e.g. a few hundredths per step."""
+    reward_offset: float = 0.0
+    """Added to every simulator step's training reward, before ``reward_scale`` (per
+    decision where the env does not report its steps: Atari).  DMControl's rewards lie in
+    [0, 1] per step, and -1 turns them into costs in [-1, 0]: a good policy's values then sit
+    near 0, where the value support is finest.  On fixed-length tasks (DMControl) this
+    leaves the best policy unchanged; where an episode can end early (a robot that falls)
+    negative rewards make ending it sooner pay, so leave it 0 there."""
     budget_unit: str = "agent_steps"
     """What --budget counts: agent_steps (Atari 100k) or env_frames (DMC 100k: simulator steps)."""
 
@@ -95,6 +102,7 @@ class EnvConfig:
             ("frame_stack", self.frame_stack >= 1, ">= 1"),
             ("noop_max", self.noop_max >= 0, ">= 0"),
             ("reward_scale", self.reward_scale > 0, "> 0"),
+            ("reward_offset", math.isfinite(self.reward_offset), "finite"),
             ("max_episode_frames", self.max_episode_frames >= 1, ">= 1"),
             ("budget_unit", self.budget_unit in ("agent_steps", "env_frames"), "'agent_steps' or 'env_frames'"),
         ], self)

@@ -47,3 +47,15 @@ def test_unrolled_rewards_undo_the_prefix_sums_between_resets():
     expected_first = [11, 10 + 2 - 1, 13, 10 + 4 - 3, 10]
     np.testing.assert_allclose(out[0], expected_first)
     np.testing.assert_allclose(out[1], [10, 10, 10, 10, 10])
+
+
+def test_model_rewards_are_compared_in_the_tasks_units():
+    """A run trained with ``env.reward_offset`` and ``env.reward_scale`` learns rewards in
+    training units; the script maps them back before comparing with the simulator's."""
+    from ez_robot.config import EnvConfig
+
+    config = EnvConfig(task="cartpole_swingup", action_repeat=8, reward_offset=-1.0, reward_scale=0.5)
+    paid = np.array([7.5, 0.0, 8.0])
+    learned = 0.5 * (paid - 8)  # as the training env hands them out
+    np.testing.assert_allclose(script.task_units(learned, config), paid)
+    np.testing.assert_allclose(script.task_units(paid, EnvConfig(task="cartpole_swingup")), paid)
