@@ -30,8 +30,8 @@ import gymnasium as gym
 import numpy as np
 
 from ez_robot.envs.custom import is_custom_task, make_custom
-from ez_robot.envs.wrappers import (FlatObservations, JointDiscreteActions, NormalizedActions, RepeatAction, TrainingReward,
-                                    action_bounds)
+from ez_robot.envs.wrappers import (FlatObservations, JointDiscreteActions, NormalizedActions, RepeatAction,
+                                    TrainingReward, action_bounds)
 from ez_robot.errors import ConfigError, UnknownTaskError
 
 __all__ = ["make", "make_from_config", "render_frame", "task_names", "action_dims", "task_kind", "task_slug", "gym_family", "control_period",

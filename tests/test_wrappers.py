@@ -122,12 +122,13 @@ def test_reward_scale_applies_to_training_envs_only():
 def test_reward_offset_is_per_simulator_step_and_for_training_envs_only():
     """cartpole_swingup repeats each action 8 times: an offset of -1 per step takes 8 from
     every training reward, before the scale; evaluation keeps the task's own rewards."""
+    arms = {"eval": {"mode": "eval"}, "train": {"reward_offset": -1.0},
+            "scaled": {"reward_offset": -1.0, "reward_scale": 0.5}}
     rewards = {}
-    for mode, options in (("eval", {}), ("train", {"reward_offset": -1.0}), ("scaled", {"reward_offset": -1.0,
-                                                                                          "reward_scale": 0.5})):
-        env = envs.make("cartpole_swingup", seed=0, mode="eval" if mode == "eval" else "train", **options)
+    for name, options in arms.items():
+        env = envs.make("cartpole_swingup", seed=0, **options)
         env.reset(seed=0)
-        rewards[mode] = [env.step(a)[1] for a in (0, 4, 2)]
+        rewards[name] = [env.step(a)[1] for a in (0, 4, 2)]
     assert rewards["eval"][0] > 0
     assert rewards["train"] == pytest.approx([r - 8 for r in rewards["eval"]], abs=1e-5)
     assert rewards["scaled"] == pytest.approx([0.5 * (r - 8) for r in rewards["eval"]], abs=1e-5)
