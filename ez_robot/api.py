@@ -152,6 +152,8 @@ class TrainingSession:
             log(f"resuming {self.run_dir} ({'single-process' if self.workers == 0 else 'Ray'} trainer) at "
                 f"{c['agent_steps']} agent steps and {c['train_steps']} training steps (budget "
                 f"{config.agent_steps_budget} agent steps)")
+        for caution in config.cautions:
+            log(f"caution: {caution}")
         summary = run_training(config, self.run_dir, **self.options)
         last = summary["last_eval"]
         line = f"last evaluation: {last.get('mean', 'none')}"

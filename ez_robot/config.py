@@ -379,6 +379,18 @@ class Config:
                 f"start; raise --budget or lower replay.min_replay_size")
 
     @property
+    def cautions(self) -> list[str]:
+        """Settings that are each valid but work against each other; training prints them
+        before it starts."""
+        notes = []
+        if self.env.reward_offset < 0 and self.env.action_mode == "joint" and self.search.root_unvisited_q == "zero":
+            notes.append(f"env.reward_offset={self.env.reward_offset:g} makes returns negative, and "
+                         f"search.root_unvisited_q=zero then scores every unvisited root action above the visited "
+                         f"ones: the root search goes breadth-first (each action once before any twice). "
+                         f"Add --set search.root_unvisited_q=mean")
+        return notes
+
+    @property
     def agent_steps_budget(self) -> int:
         """The budget converted to agent decisions."""
         if self.env.budget_unit == "agent_steps":

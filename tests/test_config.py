@@ -164,3 +164,26 @@ def test_search_overrides_of_a_trained_run_change_the_search_only():
         with_search_overrides(config, ["model.latent_dim=8"])
     with pytest.raises(ConfigError, match="num_simulations"):
         with_search_overrides(config, ["search.num_simulations=-1"])
+
+
+@pytest.mark.parametrize("overrides, caution", [
+    ([], False),
+    (["env.reward_offset=-1"], True),
+    (["env.reward_offset=-1", "search.root_unvisited_q=mean"], False),
+    (["env.reward_offset=0.5"], False),
+    (["env.reward_offset=-1", "env.action_mode=gaussian"], False),  # Gumbel search: no unvisited-child rule
+])
+def test_a_negative_reward_offset_with_the_papers_unvisited_q_is_named_before_training(monkeypatch, tmp_path,
+                                                                                      overrides, caution):
+    from ez_robot.api import TrainingSession
+
+    session = TrainingSession.prepare("cartpole_swingup", budget="100k", overrides=overrides, workers=0,
+                                      run_dir=tmp_path / "run")
+    summary = {"last_eval": {}, "agent_steps": 0, "train_steps": 0, "wall_seconds": 0.0}
+    monkeypatch.setattr("ez_robot.trainer.train", lambda config, run_dir, **options: summary)
+    lines = []
+    session.run(lines.append)
+    named = [line for line in lines if line.startswith("caution:")]
+    assert len(named) == caution and named == [f"caution: {text}" for text in session.config.cautions]
+    if caution:
+        assert "breadth-first" in named[0] and "search.root_unvisited_q=mean" in named[0]
