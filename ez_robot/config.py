@@ -385,9 +385,9 @@ class Config:
         notes = []
         if self.env.reward_offset < 0 and self.env.action_mode == "joint" and self.search.root_unvisited_q == "zero":
             notes.append(f"env.reward_offset={self.env.reward_offset:g} makes returns negative, and "
-                         f"search.root_unvisited_q=zero then scores every unvisited root action above the visited "
-                         f"ones: the root search goes breadth-first (each action once before any twice). "
-                         f"Add --set search.root_unvisited_q=mean")
+                         "search.root_unvisited_q=zero then scores every unvisited root action above the visited "
+                         "ones: the root search goes breadth-first (each action once before any twice). "
+                         "Add --set search.root_unvisited_q=mean")
         return notes
 
     @property
