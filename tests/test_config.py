@@ -40,6 +40,23 @@ def test_dmc_budget_counts_simulator_steps():
     assert c.env_frames_budget == 100_000 and c.agent_steps_budget == 12_500
 
 
+def test_dmc_state_joint_mode_learns_costs_with_the_roots_mean_q():
+    """The pair goes together: with the offset every return is negative, and the paper's
+    Q = 0 for an unvisited root child would outscore every visited one."""
+    for task in ("cartpole_swingup", "reacher_easy", "ball_in_cup_catch"):
+        c = load_config(task)
+        assert c.env.action_mode == "joint" and c.env.reward_offset == -1 and c.search.root_unvisited_q == "mean"
+        assert c.cautions == []
+    sampled = [load_config("walker_walk"), load_config("cartpole_swingup", overrides=["env.action_mode=gaussian"]),
+               load_config("cheetah_run", overrides=["env.action_mode=factorized"])]
+    for c in sampled:  # Gumbel search: no unvisited-child rule, and the sampled modes were measured without it
+        assert c.env.action_mode != "joint" and c.env.reward_offset == 0 and c.search.root_unvisited_q == "zero"
+    for c in (load_config("atari:Pong"), load_config("gym:CartPole-v1"), load_config("cartpole_swingup", obs="pixels")):
+        assert c.env.reward_offset == 0 and c.search.root_unvisited_q == "zero"  # the paper's, where measured
+    paper = load_config("cartpole_swingup", overrides=["env.reward_offset=0", "search.root_unvisited_q=zero"])
+    assert (paper.env.reward_offset, paper.search.root_unvisited_q) == (0, "zero")
+
+
 def test_overrides_and_round_trip():
     c = load_config("cartpole_swingup", obs="pixels", seed=3,
                     overrides=["train.lr=0.1", "search.num_simulations=20", "train.consistency=false",
@@ -167,11 +184,11 @@ def test_search_overrides_of_a_trained_run_change_the_search_only():
 
 
 @pytest.mark.parametrize("overrides, caution", [
-    ([], False),
-    (["env.reward_offset=-1"], True),
-    (["env.reward_offset=-1", "search.root_unvisited_q=mean"], False),
-    (["env.reward_offset=0.5"], False),
-    (["env.reward_offset=-1", "env.action_mode=gaussian"], False),  # Gumbel search: no unvisited-child rule
+    ([], False),  # the preset's joint mode pairs the offset with the root's mean Q
+    (["search.root_unvisited_q=zero"], True),
+    (["env.reward_offset=0", "search.root_unvisited_q=zero"], False),
+    (["env.reward_offset=0.5", "search.root_unvisited_q=zero"], False),
+    (["env.reward_offset=-1", "env.action_mode=gaussian", "search.root_unvisited_q=zero"], False),  # Gumbel search
 ])
 def test_a_negative_reward_offset_with_the_papers_unvisited_q_is_named_before_training(monkeypatch, tmp_path,
                                                                                       overrides, caution):
