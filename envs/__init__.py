@@ -20,11 +20,11 @@ reports them.
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import os
 import fnmatch
 import functools
+import json
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -122,14 +122,16 @@ def make(task: str, *, seed: int | None = None, mode: str = "train", obs: str = 
     from ez_robot.config import EnvConfig, load_config
 
     validate_task(task)
-    env_config = load_config(task, obs=obs).env
     unknown = set(options) - {f for f in EnvConfig.__dataclass_fields__}
     if unknown:
         raise TypeError(f"make() got unknown option(s) {sorted(unknown)}; options are EnvConfig fields")
-    options.setdefault("action_mode", "auto")  # decided again with the options (bins=3 may fit joint)
     if "task" in options:
         raise TypeError("make() takes the task as its first argument, not as an option")
-    return make_from_config(dataclasses.replace(env_config, **options), seed=seed, mode=mode)
+    try:  # as --set overrides: the preset's per-mode settings follow the mode the options give
+        overrides = [f"env.{key}={json.dumps(value)}" for key, value in options.items()]
+    except TypeError as error:
+        raise TypeError(f"make() options must be config values (numbers, strings, lists, mappings): {error}") from None
+    return make_from_config(load_config(task, obs=obs, overrides=overrides).env, seed=seed, mode=mode)
 
 
 def validate_task(task: str) -> None:

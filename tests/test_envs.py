@@ -6,7 +6,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from ez_robot import envs
-from ez_robot.envs.wrappers import discrete_action_table
+from ez_robot.envs.wrappers import JointDiscreteActions, discrete_action_table, find_wrapper
 
 
 @pytest.mark.parametrize("task,obs", [("cartpole_swingup", "state"), ("cartpole_swingup", "pixels"),
@@ -33,11 +33,12 @@ def test_discretizer_round_trip():
 def test_dmc_discrete_actions_reach_the_simulator():
     env = envs.make("ball_in_cup_catch", seed=0)  # 2 action dims
     assert env.action_space.n == 25 and env.unwrapped.action_repeat == 4
+    joint = find_wrapper(env, JointDiscreteActions)  # under the training envs' reward offset
     env.reset(seed=0)
     env.step(24)
-    np.testing.assert_allclose(env.unwrapped._env.physics.data.ctrl, env.action_high)
+    np.testing.assert_allclose(env.unwrapped._env.physics.data.ctrl, joint.action_high)
     env.step(0)
-    np.testing.assert_allclose(env.unwrapped._env.physics.data.ctrl, env.action_low)
+    np.testing.assert_allclose(env.unwrapped._env.physics.data.ctrl, joint.action_low)
 
 
 def test_dmc_episode_is_truncated_not_terminated():

@@ -121,9 +121,11 @@ def test_reward_scale_applies_to_training_envs_only():
 
 def test_reward_offset_is_per_simulator_step_and_for_training_envs_only():
     """cartpole_swingup repeats each action 8 times: an offset of -1 per step takes 8 from
-    every training reward, before the scale; evaluation keeps the task's own rewards."""
+    every training reward, before the scale; evaluation keeps the task's own rewards.  The
+    dmc_state preset sets -1 for the joint mode only, whichever way the mode is chosen."""
     arms = {"eval": {"mode": "eval"}, "train": {"reward_offset": -1.0},
-            "scaled": {"reward_offset": -1.0, "reward_scale": 0.5}}
+            "scaled": {"reward_offset": -1.0, "reward_scale": 0.5}, "preset": {},
+            "paper": {"reward_offset": 0.0}}
     rewards = {}
     for name, options in arms.items():
         env = envs.make("cartpole_swingup", seed=0, **options)
@@ -132,7 +134,14 @@ def test_reward_offset_is_per_simulator_step_and_for_training_envs_only():
     assert rewards["eval"][0] > 0
     assert rewards["train"] == pytest.approx([r - 8 for r in rewards["eval"]], abs=1e-5)
     assert rewards["scaled"] == pytest.approx([0.5 * (r - 8) for r in rewards["eval"]], abs=1e-5)
-    with pytest.raises(ConfigError, match="env.reward_offset must be finite"):
+    assert rewards["preset"] == rewards["train"] and rewards["paper"] == rewards["eval"]
+    sampled = {"eval": envs.make("cartpole_swingup", seed=0, mode="eval", action_mode="gaussian"),
+               "train": envs.make("cartpole_swingup", seed=0, action_mode="gaussian")}
+    for env in sampled.values():
+        env.reset(seed=0)
+    moves = [np.full(1, -1.0, np.float32), np.ones(1, np.float32)]
+    assert [sampled["train"].step(a)[1] for a in moves] == [sampled["eval"].step(a)[1] for a in moves]
+    with pytest.raises(ConfigError, match="env.reward_offset must be a finite number"):
         envs.make("cartpole_swingup", reward_offset=float("nan"))
 
 
