@@ -82,7 +82,8 @@ class SearchConfig:
     paper's appendix (0, the worst value where returns are >= 0, as in Atari and DMC);
     "mean" is the mean Q of the root's visited children, which follows the returns'
     offset: with negative rewards, "zero" makes every unvisited child look best and the
-    search breadth-first."""
+    search breadth-first (the ``dmc_state`` preset's joint mode learns costs, and sets
+    "mean")."""
 
     def __post_init__(self):
         if isinstance(self.num_simulations, bool) or not isinstance(self.num_simulations, (int, np.integer)):

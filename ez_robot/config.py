@@ -84,7 +84,8 @@ class EnvConfig:
     [0, 1] per step, and -1 turns them into costs in [-1, 0]: a good policy's values then sit
     near 0, where the value support is finest.  On fixed-length tasks (DMControl) this
     leaves the best policy unchanged; where an episode can end early (a robot that falls)
-    negative rewards make ending it sooner pay, so leave it 0 there."""
+    negative rewards make ending it sooner pay, so leave it 0 there.  The ``dmc_state``
+    preset sets -1 in the joint mode, with ``search.root_unvisited_q=mean``."""
     budget_unit: str = "agent_steps"
     """What --budget counts: agent_steps (Atari 100k) or env_frames (DMC 100k: simulator steps)."""
 
