@@ -516,14 +516,18 @@ def _merge(values: dict, update: Mapping, where: str) -> None:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"train.lr=0.1"`` -> ``("train.lr", 0.1)`` (the value read as YAML)."""
+    """``"train.lr=0.1"`` -> ``("train.lr", 0.1)`` (the value read as JSON, else as YAML:
+    YAML reads ``1e-05``, JSON's way of writing a small float, as a string)."""
     if "=" not in text:
         raise ConfigError(f"bad --set {text!r}: write key=value, e.g. train.lr=0.1")
     key, raw = text.split("=", 1)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else raw
-    except yaml.YAMLError:
-        value = raw
+        value = json.loads(raw)
+    except ValueError:
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
     return key.strip(), value
 
 

@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 
 from ez_robot.config import (Config, ConfigError, PRESET_DIR, RECIPE_DIR, config_from_dict, config_to_dict,
-                             load_config, parse_budget, recipe_overrides, with_search_overrides)
+                             load_config, parse_budget, parse_override, recipe_overrides, with_search_overrides)
 
 
 def test_atari_preset_is_the_paper_table():
@@ -55,6 +55,16 @@ def test_dmc_state_joint_mode_learns_costs_with_the_roots_mean_q():
         assert c.env.reward_offset == 0 and c.search.root_unvisited_q == "zero"  # the paper's, where measured
     paper = load_config("cartpole_swingup", overrides=["env.reward_offset=0", "search.root_unvisited_q=zero"])
     assert (paper.env.reward_offset, paper.search.root_unvisited_q) == (0, "zero")
+
+
+def test_overrides_read_json_numbers_as_yaml_would_not():
+    """Recipes and envs.make() write their values with json.dumps; a factory's keyword
+    arguments are not typed, so 1e-05 must arrive as a float."""
+    assert parse_override("env.kwargs.gain=1e-05") == ("env.kwargs.gain", 1e-05)
+    assert parse_override("env.kwargs={\"gain\": 2e-06, \"name\": \"arm\"}") == ("env.kwargs", {"gain": 2e-06, "name": "arm"})
+    assert parse_override("train.lr=0.1") == ("train.lr", 0.1)
+    assert parse_override("env.action_mode=gaussian") == ("env.action_mode", "gaussian")
+    assert parse_override("env.kwargs={joints: 5}") == ("env.kwargs", {"joints": 5})  # YAML's flow mapping
 
 
 def test_overrides_and_round_trip():
