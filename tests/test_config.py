@@ -193,6 +193,18 @@ def test_search_overrides_of_a_trained_run_change_the_search_only():
         with_search_overrides(config, ["search.num_simulations=-1"])
 
 
+def test_the_offset_caution_resolves_an_auto_action_mode_as_training_does():
+    """A Config built in code keeps ``auto``; the caution reads the mode training will use."""
+    from ez_robot.config import Config, EnvConfig, SearchConfig
+
+    def built(task):
+        return Config(env=EnvConfig(task=task, reward_offset=-1), search=SearchConfig(root_unvisited_q="zero"))
+
+    assert built("cartpole_swingup").env.action_mode == "auto"
+    assert len(built("cartpole_swingup").cautions) == 1  # 5 bins, 1 dimension: joint
+    assert built("walker_walk").cautions == []  # 5^6 joint actions: gaussian, Gumbel search
+
+
 @pytest.mark.parametrize("overrides, caution", [
     ([], False),  # the preset's joint mode pairs the offset with the root's mean Q
     (["search.root_unvisited_q=zero"], True),
