@@ -384,10 +384,9 @@ class Config:
         """Settings that are each valid but work against each other; training prints them
         before it starts."""
         notes = []
-        mode = self.env.action_mode
-        if mode == "auto" and self.env.reward_offset < 0:  # a Config built by hand: as training will resolve it
-            mode = resolved_action_mode(self.env)
-        if self.env.reward_offset < 0 and mode == "joint" and self.search.root_unvisited_q == "zero":
+        # the mode as training resolves it: a Config built in code may still say auto
+        if (self.env.reward_offset < 0 and self.search.root_unvisited_q == "zero"
+                and resolved_action_mode(self.env) == "joint"):
             notes.append(f"env.reward_offset={self.env.reward_offset:g} makes returns negative, and "
                          "search.root_unvisited_q=zero then scores every unvisited root action above the visited "
                          "ones: the root search goes breadth-first (each action once before any twice). "
