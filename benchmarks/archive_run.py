@@ -70,6 +70,7 @@ def main():
     args = parser.parse_args()
     if args.name and len(args.runs) > 1:
         parser.error("--name names one run; give one run directory with it")
+    archived = []
     for run_dir in args.runs:
         try:
             dest = archive(run_dir, args.to, args.name, args.train_points, args.force)
@@ -77,6 +78,9 @@ def main():
             sys.exit(f"archive_run: {error}")
         size = sum(p.stat().st_size for p in dest.iterdir())
         print(f"{run_dir} -> {dest} ({size / 1024:.0f} KiB)")
+        archived.append(str(dest))
+    # `git commit -a` leaves new files (a later eval.json) out: add the folders by name
+    print(f"to commit: git add {' '.join(archived)}")
 
 
 if __name__ == "__main__":

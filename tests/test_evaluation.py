@@ -331,6 +331,7 @@ def test_an_archived_run_reports_as_the_run_does(tmp_path, tiny_run):
     assert done.returncode == 0, done.stderr
     (copy,) = archive.iterdir()
     assert copy.name == "cartpole_swingup-cart-s0"
+    assert f"git add {copy}" in done.stdout  # new files are left out by `git commit -a`
     assert sorted(p.name for p in copy.iterdir()) == ["config.yaml", "eval.json", "metrics.jsonl"]
     kinds = [json.loads(line)["kind"] for line in (copy / "metrics.jsonl").read_text().splitlines()]
     original = [json.loads(line)["kind"] for line in (run / "metrics.jsonl").read_text().splitlines()[:-1]]
