@@ -138,7 +138,7 @@ def test_a_recipe_is_the_command_it_names():
     given after it still win, and every shipped recipe loads on a DMC task."""
     v2 = ["env.action_repeat=2", "train.value_prefix=false", "train.optimizer=adam", "train.lr=3e-4",
           "train.lr_final=3e-4", "train.weight_decay=2e-5", "train.entropy_coef=0.05", "train.value_loss_coef=0.5",
-          "search.discount=0.997", "model.state_body=residual"]
+          "search.discount=0.997", "model.state_body=residual", "env.reward_offset=-1"]
     assert load_config("cheetah_run", overrides=recipe_overrides("ezv2_states")) == load_config("cheetah_run",
                                                                                                  overrides=v2)
     c = load_config("walker_walk", overrides=[*recipe_overrides("ezv2_states"), "train.lr=1e-3"])
