@@ -391,6 +391,10 @@ class Config:
                          "search.root_unvisited_q=zero then scores every unvisited root action above the visited "
                          "ones: the root search goes breadth-first (each action once before any twice). "
                          "Add --set search.root_unvisited_q=mean")
+        if self.env.reward_offset < 0 and task_family(self.env.task, self.env.obs) not in ("dmc_state", "dmc_pixels"):
+            notes.append(f"env.reward_offset={self.env.reward_offset:g} on {self.env.task}: where an episode can end "
+                         "before its time limit (a fall, a lost game), negative rewards make ending it sooner pay. "
+                         "Keep it for fixed-length episodes only, else --set env.reward_offset=0")
         return notes
 
     @property

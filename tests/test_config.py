@@ -205,6 +205,21 @@ def test_the_offset_caution_resolves_an_auto_action_mode_as_training_does():
     assert built("walker_walk").cautions == []  # 5^6 joint actions: gaussian, Gumbel search
 
 
+def test_a_negative_reward_offset_is_named_where_episodes_can_end_early():
+    """DMControl's episodes all last 1000 steps; a Gymnasium task's can end at a fall, where
+    -1 per step would pay the agent to fall sooner (``--config ezv2_states`` sets it)."""
+    costs = ["env.reward_offset=-1"]
+    for task in ("gym:CartPole-v1", "gym:Hopper-v5", "atari:Pong"):
+        (note,) = [n for n in load_config(task, overrides=costs).cautions if "time limit" in n]
+        assert "ending it sooner pay" in note and "env.reward_offset=0" in note and task in note
+        assert load_config(task).cautions == []
+    (note,) = load_config("gym:Hopper-v5", overrides=recipe_overrides("ezv2_states")).cautions  # the recipe's costs
+    assert "time limit" in note
+    assert load_config("walker_walk", overrides=recipe_overrides("ezv2_states")).cautions == []
+    pixels = load_config("cartpole_swingup", obs="pixels", overrides=costs)
+    assert not [n for n in pixels.cautions if "time limit" in n]  # (the unvisited-Q one applies)
+
+
 @pytest.mark.parametrize("overrides, caution", [
     ([], False),  # the preset's joint mode pairs the offset with the root's mean Q
     (["search.root_unvisited_q=zero"], True),
