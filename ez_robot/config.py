@@ -384,15 +384,17 @@ class Config:
         """Settings that are each valid but work against each other; training prints them
         before it starts."""
         notes = []
+        offset = self.env.reward_offset
+        if offset >= 0:
+            return notes
         # the mode as training resolves it: a Config built in code may still say auto
-        if (self.env.reward_offset < 0 and self.search.root_unvisited_q == "zero"
-                and resolved_action_mode(self.env) == "joint"):
-            notes.append(f"env.reward_offset={self.env.reward_offset:g} makes returns negative, and "
+        if self.search.root_unvisited_q == "zero" and resolved_action_mode(self.env) == "joint":
+            notes.append(f"env.reward_offset={offset:g} makes returns negative, and "
                          "search.root_unvisited_q=zero then scores every unvisited root action above the visited "
                          "ones: the root search goes breadth-first (each action once before any twice). "
                          "Add --set search.root_unvisited_q=mean")
-        if self.env.reward_offset < 0 and task_family(self.env.task, self.env.obs) not in ("dmc_state", "dmc_pixels"):
-            notes.append(f"env.reward_offset={self.env.reward_offset:g} on {self.env.task}: where an episode can end "
+        if task_family(self.env.task, self.env.obs) not in ("dmc_state", "dmc_pixels"):
+            notes.append(f"env.reward_offset={offset:g} on {self.env.task}: where an episode can end "
                          "before its time limit (a fall, a lost game), negative rewards make ending it sooner pay. "
                          "Keep it for fixed-length episodes only, else --set env.reward_offset=0")
         return notes
