@@ -33,7 +33,7 @@ from gymnasium import spaces
 from ez_robot.errors import ConfigError, ObservationError
 
 __all__ = ["JointDiscreteActions", "NormalizedActions", "FactorizedActions", "FlatObservations", "RepeatAction",
-           "TrainingReward",
+           "TrainingReward", "TASK_REWARD",
            "discrete_action_table", "action_bounds", "observation_layout", "find_wrapper"]
 
 
@@ -184,10 +184,15 @@ class RepeatAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return obs, total, terminated, truncated, {**info, "env_frames": frames}
 
 
+TASK_REWARD = "task_reward"
+"""The ``info`` key where :class:`TrainingReward` keeps the task's own reward."""
+
+
 class TrainingReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Training rewards, ``scale * (reward + offset * steps)`` with ``steps`` the simulator
     steps the decision took (``info["env_frames"]``, 1 where the env does not report them):
-    ``env.reward_scale`` and ``env.reward_offset``, training envs only."""
+    ``env.reward_scale`` and ``env.reward_offset``, training envs only.  The task's own
+    reward goes on in ``info[TASK_REWARD]``, so training returns are logged in the task's units."""
 
     def __init__(self, env: gym.Env, scale: float = 1.0, offset: float = 0.0):
         gym.utils.RecordConstructorArgs.__init__(self, scale=scale, offset=offset)
@@ -197,6 +202,7 @@ class TrainingReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         steps = info.get("env_frames", 1)
+        info = {**info, TASK_REWARD: float(reward)}
         return obs, self.scale * (float(reward) + self.offset * steps), terminated, truncated, info
 
 

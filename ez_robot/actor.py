@@ -17,6 +17,7 @@ import numpy as np
 
 from ez_robot._search import SearchConfig, visit_policy
 from ez_robot.envs.guard import ENV_ERROR
+from ez_robot.envs.wrappers import TASK_REWARD
 from ez_robot.inference import TorchInference, run_search
 from ez_robot.replay import Segment
 
@@ -26,6 +27,7 @@ __all__ = ["Actor", "EpisodeStats", "Played"]
 @dataclass
 class EpisodeStats:
     episode_return: float
+    """The task's own return: training rewards before ``env.reward_scale`` and ``env.reward_offset``."""
     length: int
     env_frames: int
 
@@ -121,7 +123,7 @@ class Actor:
                 traj.candidates.append(out.candidates[i])
             traj.collected_at.append(train_step)
             traj.frames.append(traj.newest_frame(obs))
-            traj.episode_return += float(reward)
+            traj.episode_return += float(info.get(TASK_REWARD, reward))  # the task's units, as evaluations
             traj.length += 1
             traj.env_frames += int(info.get("env_frames", 1))
             self.observations[i] = obs

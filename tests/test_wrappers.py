@@ -145,6 +145,36 @@ def test_reward_offset_is_per_simulator_step_and_for_training_envs_only():
         envs.make("cartpole_swingup", reward_offset=float("nan"))
 
 
+def test_training_episodes_are_logged_in_the_tasks_units_and_trained_in_the_shaped_ones():
+    """The actor stores the shaped rewards for training but counts an episode's return in
+    the task's own reward (``info[TASK_REWARD]``), so the progress bar and ``metrics.jsonl``
+    read as the evaluations do: CartPole-v1 pays 1 per step, trained as 3 * (1 - 2) = -3."""
+    from ez_robot.actor import Actor
+    from ez_robot.config import load_config
+    from ez_robot.envs.wrappers import TASK_REWARD
+    from ez_robot.inference import TorchInference
+    from ez_robot.networks import make_network
+
+    env = envs.make("gym:CartPole-v1", seed=0, reward_scale=3.0, reward_offset=-2.0)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(0)
+    assert (reward, info[TASK_REWARD]) == (pytest.approx(-3.0), 1.0)
+    evaluation = envs.make("gym:CartPole-v1", seed=0, mode="eval")
+    evaluation.reset(seed=0)
+    assert TASK_REWARD not in evaluation.step(0)[4]  # no shaping there: the reward is the task's
+    config = load_config("gym:CartPole-v1", overrides=["search.num_simulations=4"])
+    net = make_network((4,), 2, config.model).eval()
+    actor = Actor([envs.make("gym:CartPole-v1", seed=0, reward_scale=3.0, reward_offset=-2.0)],
+                  TorchInference(net), config.search, segment_length=5, tail_length=2, frame_stack=1, seed=0)
+    episodes, segments = [], []
+    while not episodes:
+        played = actor.step(0, 1.0)
+        episodes += played.episodes
+        segments += played.segments
+    assert episodes[0].episode_return == episodes[0].length > 0
+    assert segments and all(np.all(s.rewards == -3.0) for s in segments)
+
+
 def test_a_robot_that_falls_terminates_and_a_time_limit_truncates():
     """gym: tasks keep the env's own ending: InvertedPendulum-v5 terminates when the pole
     falls (value 0 after it), Pendulum-v1 is cut by its time limit (bootstrapped)."""
