@@ -9,9 +9,13 @@ from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
 from ez_robot import envs
-from ez_robot.envs.wrappers import (FactorizedActions, FlatObservations, JointDiscreteActions, NormalizedActions,
-                                    RepeatAction, observation_layout)
+from ez_robot.actor import Actor
+from ez_robot.config import load_config
+from ez_robot.envs.wrappers import (TASK_REWARD, FactorizedActions, FlatObservations, JointDiscreteActions,
+                                    NormalizedActions, RepeatAction, observation_layout)
 from ez_robot.errors import ConfigError, ObservationError
+from ez_robot.inference import TorchInference
+from ez_robot.networks import make_network
 from tests.custom_envs import PointEnv, make_point
 
 
@@ -149,12 +153,6 @@ def test_training_episodes_are_logged_in_the_tasks_units_and_trained_in_the_shap
     """The actor stores the shaped rewards for training but counts an episode's return in
     the task's own reward (``info[TASK_REWARD]``), so the progress bar and ``metrics.jsonl``
     read as the evaluations do: CartPole-v1 pays 1 per step, trained as 3 * (1 - 2) = -3."""
-    from ez_robot.actor import Actor
-    from ez_robot.config import load_config
-    from ez_robot.envs.wrappers import TASK_REWARD
-    from ez_robot.inference import TorchInference
-    from ez_robot.networks import make_network
-
     env = envs.make("gym:CartPole-v1", seed=0, reward_scale=3.0, reward_offset=-2.0)
     env.reset(seed=0)
     _, reward, _, _, info = env.step(0)
@@ -164,8 +162,7 @@ def test_training_episodes_are_logged_in_the_tasks_units_and_trained_in_the_shap
     assert TASK_REWARD not in evaluation.step(0)[4]  # no shaping there: the reward is the task's
     config = load_config("gym:CartPole-v1", overrides=["search.num_simulations=4"])
     net = make_network((4,), 2, config.model).eval()
-    actor = Actor([envs.make("gym:CartPole-v1", seed=0, reward_scale=3.0, reward_offset=-2.0)],
-                  TorchInference(net), config.search, segment_length=5, tail_length=2, frame_stack=1, seed=0)
+    actor = Actor([env], TorchInference(net), config.search, segment_length=5, tail_length=2, frame_stack=1, seed=0)
     episodes, segments = [], []
     while not episodes:
         played = actor.step(0, 1.0)
