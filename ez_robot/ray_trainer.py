@@ -285,6 +285,7 @@ class _Pipeline:
         self.evals[ref] = (c.next_eval, c.at())
         result = self._log_eval(ref)
         c.next_eval = (c.agent_steps // self.eval_interval + 1) * self.eval_interval  # a longer budget goes on
+        c.final_eval = c.agent_steps
         return result
 
     def _add_seconds(self, seconds: dict) -> None:
@@ -299,6 +300,7 @@ class _Pipeline:
         counters.train_steps = learner["train_steps"]
         # an evaluation still running is redone after a resume: the schedule restarts at it
         counters.next_eval = min([point for point, _ in self.evals.values()], default=self.counters.next_eval)
+        counters.final_eval = self.counters.final_eval
         replay = ray.get(self.replay.save.remote())
         self.files.checkpoint(trainer="ray", config=self.config, spec=self.spec, counters=counters, learner=learner,
                               replay=replay, restarts=self.restarts)

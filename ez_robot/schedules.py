@@ -14,7 +14,7 @@ from ez_robot.config import Config
 
 __all__ = ["Counters", "TRAIN_LOG_INTERVAL", "RECENT_EPISODES", "paced_train_steps", "total_train_steps",
            "train_steps_due", "temperature_at", "priority_beta", "eval_seed", "default_eval_interval", "next_eval_after",
-           "replay_shortfall"]
+           "replay_shortfall", "finished"]
 
 TRAIN_LOG_INTERVAL = 50
 """Training steps between two ``train`` records (losses) in metrics.jsonl."""
@@ -36,6 +36,10 @@ class Counters:
     next_eval: int = 0
     """Agent steps of the next periodic evaluation not yet logged (0: none scheduled yet).
     A run resumed from a checkpoint taken before an evaluation was logged redoes it."""
+    final_eval: int = -1
+    """Agent steps at which the run's final evaluation was logged (-1: none yet).  A run
+    checkpointed at the end of its budget but stopped before that evaluation was logged
+    takes it when resumed."""
 
     def add_episode(self, episode_return: float) -> None:
         self.episodes += 1
@@ -102,6 +106,13 @@ def next_eval_after(counters: Counters, interval: int) -> int:
     if counters.next_eval > 0:
         return counters.next_eval
     return (counters.agent_steps // interval + 1) * interval
+
+
+def finished(config: Config, counters: Counters) -> bool:
+    """The budget is spent, the learner has done its training steps, and the final
+    evaluation after them is logged: nothing left for a resumed run with this config."""
+    return (counters.agent_steps >= config.agent_steps_budget and counters.train_steps >= total_train_steps(config)
+            and counters.final_eval >= counters.agent_steps)
 
 
 def replay_shortfall(config: Config, counters: Counters, replay_moves: int) -> str | None:

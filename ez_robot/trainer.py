@@ -24,9 +24,9 @@ from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze, reanalyze_search_
 from ez_robot.policies import ActionSpec
 from ez_robot.replay import ReplayBuffer
 from ez_robot.run_files import RunFiles
-from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, next_eval_after, priority_beta,
-                                paced_train_steps, replay_shortfall, temperature_at, total_train_steps,
-                                train_steps_due)
+from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, finished, next_eval_after,
+                                paced_train_steps, priority_beta, replay_shortfall, temperature_at,
+                                total_train_steps, train_steps_due)
 from ez_robot.session import Session, interrupt_on_sigterm
 from ez_robot.targets import network_bootstraps, prepare_context, value_horizons
 
@@ -198,11 +198,12 @@ def replay_moves_at(state: dict, replay_checkpoint: bool) -> int:
 
 
 def check_resumable(config: Config, state: dict, run_dir: Path | str, replay_checkpoint: bool = True) -> None:
-    """Before a resumed run starts anything: it must have budget or training steps left (a
-    larger --budget or more offline training steps extend a finished run), its replay files
-    must be whole, and it must be able to fill its replay to where training can sample."""
+    """Before a resumed run starts anything: it must have budget, training steps or its final
+    evaluation left (a larger --budget or more offline training steps extend a finished run),
+    its replay files must be whole, and it must be able to fill its replay to where training
+    can sample."""
     counters = Counters.from_state_dict(state["counters"])
-    if counters.agent_steps >= config.agent_steps_budget and counters.train_steps >= total_train_steps(config):
+    if finished(config, counters):
         raise ConfigError(
             f"the run already finished its budget ({counters.agent_steps} agent steps, {counters.train_steps} "
             f"training steps; budget {config.train.budget} {config.env.budget_unit}); give a larger --budget "
@@ -254,6 +255,7 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
             if run.done():
                 last_eval = run.evaluate(files, eval_episodes)
                 c.next_eval = (c.agent_steps // eval_interval + 1) * eval_interval  # a longer budget goes on from here
+                c.final_eval = c.agent_steps
     except FloatingPointError as error:
         diverged = True  # keep the last good checkpoint: this state is not one
         files.log("diverged", c, error=str(error))

@@ -84,7 +84,8 @@ def test_train_smoke(tmp_path):
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert (config["replay"]["min_replay_size"], config["train"]["batch_size"], config["search"]["num_simulations"],
             config["train"]["eval_episodes"]) == (60, 8, 4, 2)
-    assert json.loads((run / "checkpoints" / "latest.json").read_text())["trainer"] == "ray"
+    checkpoint = json.loads((run / "checkpoints" / "latest.json").read_text())
+    assert checkpoint["trainer"] == "ray" and checkpoint["counters"]["final_eval"] == 120  # a resume has nothing left
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     kinds = {r["kind"] for r in records}
     assert {"episode", "eval"} <= kinds

@@ -402,10 +402,55 @@ def test_an_evaluation_lost_with_a_killed_run_is_redone_after_resume(tmp_path, w
     # Ray's evaluations can finish out of order but are logged in the order they started, so
     # none logged before the checkpoint comes from after its pending one
     assert all(step < pending for step in before), before
-    if workers:  # Ray evaluates asynchronously: the lost one is taken at once after the resume
+    # Ray evaluates asynchronously: the lost one is taken at once after the resume (on a loaded
+    # machine the run can reach its budget before the second evaluation is logged: the resume
+    # then takes the final evaluation, at the budget)
+    if workers:
         assert pending <= after[0] <= state["counters"]["agent_steps"] + 32, (state["counters"], after)
     else:  # one process: the schedule is exact
         assert pending == 80 and before == [40] and [step // 40 for step in after] == [2, 3, 4, 5, 6], after
+
+
+KILLED_IN_FINAL_EVALUATION = """
+import os, sys
+from ez_robot import trainer
+from ez_robot.config import load_config
+from ez_robot.run_files import RunFiles
+
+log = RunFiles.log
+config = load_config("gym:CartPole-v1", budget=sys.argv[2], overrides=sys.argv[3:])
+
+def log_then_die(self, kind, counters, **values):
+    log(self, kind, counters, **values)
+    if kind == "eval" and counters.agent_steps >= config.agent_steps_budget:
+        os._exit(9)  # killed as the final evaluation is logged: the last checkpoint predates it
+
+RunFiles.log = log_then_die
+trainer.train(config, sys.argv[1], device="cpu", progress=False, checkpoint_interval=10, eval_interval=1000)
+"""
+
+
+def test_a_run_killed_in_its_final_evaluation_takes_it_when_resumed(tmp_path):
+    """The last checkpoint has the whole budget and every training step but no final
+    evaluation: a resume takes that evaluation (it used to refuse, the run looking finished),
+    and a second resume finds nothing left.  (Ray's trainer: its smoke test checks that the
+    final checkpoint records the final evaluation, and the lost-evaluation test above can
+    land here on a loaded machine.)"""
+    run = tmp_path / "run"
+    out = subprocess.run([sys.executable, "-c", KILLED_IN_FINAL_EVALUATION, str(run), "240", *TINY],
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 9, out.stderr
+    state = read_checkpoint(run)
+    assert state["counters"]["agent_steps"] == 240 and state["counters"]["train_steps"] == 60, state["counters"]
+    assert state["counters"]["final_eval"] == -1
+    result = CliRunner().invoke(main, ["train", "--resume", str(run), "--quiet", "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    logged = records(run)
+    resumed = next(i for i, r in enumerate(logged) if r["kind"] == "resume")
+    assert [r["agent_steps"] for r in logged[resumed:] if r["kind"] == "eval"] == [240]
+    assert read_checkpoint(run)["counters"]["final_eval"] == 240
+    again = CliRunner().invoke(main, ["train", "--resume", str(run), "--quiet", "--workers", "0"])
+    assert again.exit_code != 0 and "already finished its budget" in again.output
 
 
 def test_a_run_that_diverges_before_its_first_checkpoint_says_there_is_none(tmp_path):
