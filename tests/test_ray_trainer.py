@@ -84,8 +84,8 @@ def test_offline_training_steps_come_after_self_play_in_both_trainers(local_ray,
 
     config = load_config("gym:CartPole-v1", budget="120", seed=3, overrides=TINY + ["train.offline_train_steps=40"])
     single = trainer.train(config, tmp_path / "single", device="cpu", progress=False, checkpoint_interval=20)
-    distributed = ray_trainer.train(config, tmp_path / "ray", workers=1, device="cpu", progress=False,
-                                    checkpoint_interval=20)
+    distributed = ray_trainer.train(config, tmp_path / "ray", workers=1, reanalyze_workers=0, device="cpu",
+                                    progress=False, checkpoint_interval=20)
     for name, summary in (("single", single), ("ray", distributed)):
         assert (summary["agent_steps"], summary["train_steps"]) == (120, 70)  # 30 paced to self-play, then 40
         logged = records(tmp_path / name)
