@@ -37,11 +37,11 @@ def checkpoint_info(run_dir):
     return json.loads((run_dir / "checkpoints" / "latest.json").read_text())
 
 
-def trainer_args(workers: int, reanalyze_workers: bool = False) -> list[str]:
+def trainer_args(workers: int, reanalyze_workers: int = 0) -> list[str]:
     """The CLI's trainer options.  A Ray run here reanalyzes in its learner's process unless
-    ``reanalyze_workers`` (two fewer processes to start on a 2-core machine; the Ctrl-C test
-    and test_cli's smoke run keep the default workers)."""
-    return ["--workers", str(workers), *([] if reanalyze_workers or not workers else ["--reanalyze-workers", "0"])]
+    given ``reanalyze_workers`` (each worker is one more process to start on a 2-core
+    machine; the Ctrl-C test keeps one, test_cli's smoke run the default)."""
+    return ["--workers", str(workers), *(["--reanalyze-workers", str(reanalyze_workers)] if workers else [])]
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_ctrl_c_and_sigterm_checkpoint_first_and_exit_cleanly(tmp_path, workers,
     process = subprocess.Popen(
         [sys.executable, "-m", "ez_robot.cli", "train", "--task", "gym:CartPole-v1", "--budget", "4000",
          "--run-dir", str(run), "--quiet", "--checkpoint-interval", "10",
-         *trainer_args(workers, reanalyze_workers=how == "ctrl-c"), *TINY_ARGS],
+         *trainer_args(workers, reanalyze_workers=int(how == "ctrl-c")), *TINY_ARGS],
         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         # a shell's background job (CI started with &) ignores SIGINT and its children inherit that;
         # a terminal's foreground run does not
@@ -381,13 +381,15 @@ else:
 """
 
 
-@pytest.mark.parametrize("workers", [0, 1], ids=["single-process", "ray"])
-def test_an_evaluation_lost_with_a_killed_run_is_redone_after_resume(tmp_path, workers):
+# Ray's evaluations lag its self-play by seconds: its longer run puts the kill mid-run on an
+# idle machine (at 240 steps, self-play had spent the budget by the second evaluation)
+@pytest.mark.parametrize("workers,budget", [(0, 240), (1, 480)], ids=["single-process", "ray"])
+def test_an_evaluation_lost_with_a_killed_run_is_redone_after_resume(tmp_path, workers, budget):
     """A checkpoint taken before an evaluation was logged: the resumed run evaluates at
     that point again, so the curve has no gap (evaluations every 40 agent steps)."""
     run = tmp_path / "run"
-    out = subprocess.run([sys.executable, "-c", KILLED_AFTER_SECOND_EVALUATION, str(run), str(workers), "240", *TINY],
-                         capture_output=True, text=True, timeout=240)
+    out = subprocess.run([sys.executable, "-c", KILLED_AFTER_SECOND_EVALUATION, str(run), str(workers), str(budget),
+                          *TINY], capture_output=True, text=True, timeout=240)
     assert out.returncode == 9, out.stderr
     state = read_checkpoint(run)
     pending = state["counters"]["next_eval"]  # the first evaluation the checkpoint has no record of
