@@ -47,12 +47,16 @@ def test_dmc_state_joint_mode_learns_costs_with_the_roots_mean_q():
         c = load_config(task)
         assert c.env.action_mode == "joint" and c.env.reward_offset == -1 and c.search.root_unvisited_q == "mean"
         assert c.cautions == []
-    sampled = [load_config("walker_walk"), load_config("cartpole_swingup", overrides=["env.action_mode=gaussian"]),
+    sampled = [load_config("quadruped_walk"), load_config("cartpole_swingup", overrides=["env.action_mode=gaussian"]),
                load_config("cheetah_run", overrides=["env.action_mode=factorized"])]
     for c in sampled:  # Gumbel search: no unvisited-child rule, and the sampled modes were measured without it
         assert c.env.action_mode != "joint" and c.env.reward_offset == 0 and c.search.root_unvisited_q == "zero"
     # both sampled modes train with Adam at a constant 3e-4; the joint mode keeps the paper's SGD schedule
     assert [(c.train.optimizer, c.train.lr, c.train.lr_final) for c in sampled] == [("adam", 3e-4, 3e-4)] * 3
+    walker = load_config("walker_walk")  # the ezv2_states recipe's pieces, the value prefix kept
+    assert (walker.env.reward_offset, walker.search.root_unvisited_q, walker.model.state_body) == (-1, "zero", "residual")
+    assert (walker.search.discount, walker.train.entropy_coef, walker.train.value_prefix) == (0.997, 0.05, True)
+    assert walker.cautions == [] and load_config("walker_run").search.discount == 0.997
     joint = load_config("cartpole_swingup")
     assert (joint.train.optimizer, joint.train.lr, joint.train.lr_final) == ("sgd", 0.2, 0.02)
     sgd = load_config("walker_walk", overrides=["train.optimizer=sgd", "train.lr=0.2", "train.lr_final=0.02"])
