@@ -53,16 +53,21 @@ def test_a_cluster_without_free_resources_for_the_run_is_named_in_words():
 # --- runs -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("mode", ["batch", "buffer"])
-def test_both_trainers_write_the_same_kinds_of_metrics(local_ray, tmp_path, mode):
+def test_both_trainers_write_the_same_metrics_and_train_on_offline(local_ray, tmp_path, mode):
+    """Both trainers, both reanalyze modes: the same kinds of records and keys, the same
+    checkpoint format.  With ``train.offline_train_steps`` the learner trains on after the
+    last decision, with an evaluation at the budget before those steps and the final one
+    after them (the Ray trainer's is labelled with the learner's count when it was asked for)."""
     from ez_robot import ray_trainer, trainer
 
     config = load_config("gym:CartPole-v1", budget="240", seed=3,
-                         overrides=TINY + [f"reanalyze.mode={mode}", "train.target_update_interval=20"])
+                         overrides=TINY + [f"reanalyze.mode={mode}", "train.target_update_interval=20",
+                                           "train.offline_train_steps=40"])
     single = trainer.train(config, tmp_path / "single", device="cpu", progress=False, checkpoint_interval=20)
     distributed = ray_trainer.train(config, tmp_path / "ray", workers=1, reanalyze_workers=1, device="cpu",
                                     progress=False, checkpoint_interval=20)
     for summary in (single, distributed):
-        assert summary["agent_steps"] == 240 and summary["train_steps"] == 60
+        assert (summary["agent_steps"], summary["train_steps"]) == (240, 100)  # 60 paced to self-play, then 40
         assert {"selfplay", "reanalyze", "learner", "sample"} <= set(summary["seconds"])
     assert distributed["restarts"] == 0
     by_trainer = {name: records(tmp_path / name) for name in ("single", "ray")}
@@ -70,33 +75,17 @@ def test_both_trainers_write_the_same_kinds_of_metrics(local_ray, tmp_path, mode
     assert kinds["single"] == kinds["ray"] == {"episode", "train", "eval"}
     keys = {name: {k for r in rs if r["kind"] == "train" for k in r} for name, rs in by_trainer.items()}
     assert keys["single"] == keys["ray"]
-    run = load_run(tmp_path / "ray")  # the Ray trainer's checkpoint is the same format
-    assert run.counters["train_steps"] == 60
+    for name, logged in by_trainer.items():
+        at_budget = [r["train_steps"] for r in logged if r["kind"] == "eval" and r["agent_steps"] == 240]
+        assert len(at_budget) == 2 and at_budget[0] < 100 and at_budget[1] == 100, (name, at_budget)
+        offline = [r["train_steps"] for r in logged if r["kind"] == "train" and r["train_steps"] > 60]
+        assert offline == [100], name  # logged every 50 steps: the one after self-play ended
+        assert load_run(tmp_path / name).counters["train_steps"] == 100  # the same checkpoint format
+    assert by_trainer["single"][-1]["kind"] == "eval"
+    first = next(r for r in by_trainer["single"] if r["kind"] == "eval" and r["agent_steps"] == 240)
+    assert first["train_steps"] == 60  # the single-process trainer evaluates exactly at self-play's share
     meta = json.loads((tmp_path / "ray" / "checkpoints" / "latest.json").read_text())
     assert meta["trainer"] == "ray" and meta["format"] == CHECKPOINT_FORMAT and meta["torch_version"] == torch.__version__
-
-
-def test_offline_training_steps_come_after_self_play_in_both_trainers(local_ray, tmp_path):
-    """``train.offline_train_steps``: the learner trains on after the last decision, with an
-    evaluation at the budget before those steps and the final one after them (the Ray
-    trainer's is labelled with the learner's count when it was asked for)."""
-    from ez_robot import ray_trainer, trainer
-
-    config = load_config("gym:CartPole-v1", budget="120", seed=3, overrides=TINY + ["train.offline_train_steps=40"])
-    single = trainer.train(config, tmp_path / "single", device="cpu", progress=False, checkpoint_interval=20)
-    distributed = ray_trainer.train(config, tmp_path / "ray", workers=1, reanalyze_workers=0, device="cpu",
-                                    progress=False, checkpoint_interval=20)
-    for name, summary in (("single", single), ("ray", distributed)):
-        assert (summary["agent_steps"], summary["train_steps"]) == (120, 70)  # 30 paced to self-play, then 40
-        logged = records(tmp_path / name)
-        at_budget = [r["train_steps"] for r in logged if r["kind"] == "eval" and r["agent_steps"] == 120]
-        assert len(at_budget) == 2 and at_budget[0] < 70 and at_budget[1] == 70, (name, at_budget)
-        offline = [r["train_steps"] for r in logged if r["kind"] == "train" and r["train_steps"] > 30]
-        assert offline == [50], name  # logged every 50 steps: the one after self-play ended
-        assert load_run(tmp_path / name).counters["train_steps"] == 70
-    assert records(tmp_path / "single")[-1]["kind"] == "eval"
-    first = next(r for r in records(tmp_path / "single") if r["kind"] == "eval" and r["agent_steps"] == 120)
-    assert first["train_steps"] == 30  # the single-process trainer evaluates exactly at self-play's share
 
 
 def test_killed_workers_are_restarted_and_the_run_finishes(local_ray, tmp_path):
