@@ -32,11 +32,11 @@ import torch
 
 from ez_robot._search import search
 from ez_robot.builders import EnvSpec
-from ez_robot.config import load_config
+from ez_robot.config import load_config, search_config
 from ez_robot.envs import make_from_config
 from ez_robot.export.onnx_export import export_model
 from ez_robot.export.runtime import Policy
-from ez_robot.inference import TorchInference, search_config
+from ez_robot.inference import TorchInference
 from ez_robot.networks import make_network
 
 

@@ -265,9 +265,8 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
 
     Raises :class:`ExportError` when a check fails; the bundle is then not written (an
     older bundle at ``out`` stays as it was)."""
-    from ez_robot.config import config_to_dict
+    from ez_robot.config import config_to_dict, search_config as run_search_config
     from ez_robot.envs import control_period, make_from_config
-    from ez_robot.inference import search_config as run_search_config
 
     if observations < 1:
         raise ConfigError(f"observations must be >= 1, got {observations}")

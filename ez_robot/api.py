@@ -178,10 +178,10 @@ class Agent:
     trained with (``train.inference``: onnxruntime on a CPU by default, else torch)."""
 
     def __init__(self, run, search_overrides=()):
-        from ez_robot.config import with_search_overrides
+        from ez_robot.config import search_config, with_search_overrides
         from ez_robot.envs import make_from_config
         from ez_robot.envs.wrappers import FlatObservations, JointDiscreteActions, NormalizedActions, find_wrapper
-        from ez_robot.inference import make_inference, search_config
+        from ez_robot.inference import make_inference
 
         self.run_dir, self.config, self.net = run.run_dir, run.config, run.net
         self.task = run.config.env.task

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ez_robot.actor import Actor
-from ez_robot.config import Config, resolved_action_mode
-from ez_robot.inference import search_config
+from ez_robot.config import Config, resolved_action_mode, search_config
 from ez_robot.learner import Learner
 from ez_robot.networks import EfficientZeroNet, make_network
 from ez_robot.policies import ActionSpec

@@ -25,7 +25,7 @@ from ez_robot._search import SearchConfig
 from ez_robot.errors import ConfigError
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "ReanalyzeConfig", "Config",
-           "load_config", "resolved_action_mode", "parse_budget", "parse_override", "config_to_dict", "task_family", "PRESET_DIR",
+           "load_config", "resolved_action_mode", "search_config", "parse_budget", "parse_override", "config_to_dict", "task_family", "PRESET_DIR",
            "RECIPE_DIR", "recipe_overrides"]
 
 # configs/ in the repository, installed as the data package ez_robot.configs.
@@ -684,6 +684,13 @@ def with_search_overrides(config: Config, overrides: Iterable[str]) -> Config:
                               "search.num_simulations=8); the networks and the env are the run's")
         updates[key] = value
     return config_from_dict(config_to_dict(config), updates) if updates else config
+
+
+def search_config(config: Config) -> SearchConfig:
+    """The search a run's networks are searched with: ``config.search``, except that
+    without the value-prefix LSTM (ablation) the network predicts per-step rewards, so
+    every node is its own reset boundary and the tree reads each prediction as a reward."""
+    return config.search if config.train.value_prefix else config.search.replace(lstm_horizon=1)
 
 
 def config_to_dict(config: Config) -> dict:

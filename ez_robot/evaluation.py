@@ -101,7 +101,8 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
     each file is named after its episode and return when the episode ends.
     """
     from ez_robot.envs import make_from_config, render_frame
-    from ez_robot.inference import TorchInference, run_search, search_config
+    from ez_robot.config import search_config
+    from ez_robot.inference import TorchInference, run_search
 
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")

@@ -13,16 +13,9 @@ import torch
 from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search
 from ez_robot.networks import support_to_scalar
 
-__all__ = ["TorchInference", "OnnxInference", "make_inference", "run_search", "search_config", "INFERENCE_BACKENDS"]
+__all__ = ["TorchInference", "OnnxInference", "make_inference", "run_search", "INFERENCE_BACKENDS"]
 
 INFERENCE_BACKENDS = ("onnxruntime", "torch")
-
-
-def search_config(config) -> SearchConfig:
-    """The search a run's networks are searched with: ``config.search``, except that
-    without the value-prefix LSTM (ablation) the network predicts per-step rewards, so
-    every node is its own reset boundary and the tree reads each prediction as a reward."""
-    return config.search if config.train.value_prefix else config.search.replace(lstm_horizon=1)
 
 
 class TorchInference:

@@ -16,9 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ez_robot.config import Config
+from ez_robot.config import Config, search_config
 from ez_robot.errors import RunError
-from ez_robot.inference import search_config
 from ez_robot.networks import (policy_entropy, policy_log_prob, scalar_to_support, scale_gradient,
                                support_to_scalar)
 from ez_robot.reanalyze import Targets

@@ -28,8 +28,8 @@ from ez_robot.config import Config
 from ez_robot.device import check_compile, resolve_device, set_threads
 from ez_robot.errors import ConfigError, EnvironmentFailed, TrainingAborted
 from ez_robot.ray_cluster import Placement, default_reanalyze_workers, init_ray
-from ez_robot.ray_workers import (STEPS_PER_REQUEST, LearnerWorker, Reanalyzer, ReplayWorker, SelfPlayWorker,
-                                  SharedStorage, evaluate_weights)
+from ez_robot.ray_storage import ReplayWorker, SharedStorage
+from ez_robot.ray_workers import STEPS_PER_REQUEST, LearnerWorker, Reanalyzer, SelfPlayWorker, evaluate_weights, shippable
 from ez_robot.run_files import RunFiles
 from ez_robot.schedules import Counters, default_eval_interval, next_eval_after, replay_shortfall, total_train_steps
 from ez_robot.session import Session, interrupt_on_sigterm
@@ -97,11 +97,11 @@ class _Pipeline:
         first = {name: value.detach() for name, value in make_model(config, spec).state_dict().items()}
         learner_state = resume["learner"] if resume else None
         if learner_state is None:
-            weights = {"acting": (0, first), "target": (0, first)}
+            weights = {"acting": (0, shippable(first)), "target": (0, shippable(first))}
         else:
             versions = learner_state["versions"]
-            weights = {"acting": (versions["acting"], learner_state["acting_model"]),
-                       "target": (versions["target"], learner_state["target_model"])}
+            weights = {"acting": (versions["acting"], shippable(learner_state["acting_model"])),
+                       "target": (versions["target"], shippable(learner_state["target_model"]))}
         run = f"ez-robot-{uuid.uuid4().hex[:8]}"
         names = {"storage": f"{run}-storage", "replay": f"{run}-replay",
                  "reanalyzers": [f"{run}-reanalyze-{i}" for i in range(reanalyze_workers)]}

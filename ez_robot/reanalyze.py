@@ -25,11 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ez_robot._search import SearchConfig, visit_policy
+from ez_robot.config import search_config
 from ez_robot.inference import TorchInference, run_search
 from ez_robot.replay import SearchResults
 from ez_robot.targets import BatchContext
 
-__all__ = ["Targets", "reanalyze", "search_segments", "fresh_from", "sweep_round", "reanalyze_search_config",
+__all__ = ["Targets", "reanalyze", "search_segments", "sweep_round", "reanalyze_search_config",
            "Sweeper"]
 
 
@@ -131,20 +132,6 @@ def search_segments(segments: list, inference: TorchInference, search_config: Se
     return results
 
 
-def fresh_from(config, target_version: int, swept_round: int) -> int | None:
-    """The oldest target-network version whose stored results a batch may use: the
-    current one's with ``staleness`` 0 once its first sweep round is complete
-    (``swept_round``), the previous one's while it runs (Ray sweeps beside training; one
-    process completes it before the next batch); ``staleness`` target updates back
-    otherwise.  ``None`` in batch mode: a batch uses none."""
-    r, t = config.reanalyze, config.train
-    if r.mode == "batch":
-        return None
-    if r.staleness == 0:
-        return target_version if swept_round >= target_version else target_version - t.target_update_interval
-    return target_version - r.staleness * t.target_update_interval
-
-
 def sweep_round(config, target_version: int, train_steps: int) -> int:
     """The sweep round now (the training step it began at): the sweep searches again
     whatever is older.  ``staleness`` 0: ``sweeps_per_target`` rounds per target network,
@@ -163,8 +150,6 @@ def sweep_round(config, target_version: int, train_steps: int) -> int:
 
 def reanalyze_search_config(config) -> SearchConfig:
     """Reanalyze's searches: the run's search, with or without root noise."""
-    from ez_robot.inference import search_config
-
     return search_config(config).replace(add_noise=config.reanalyze.root_noise)
 
 

@@ -21,10 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ez_robot.config import Config, search_config
 from ez_robot.policies import ActionSpec
-from ez_robot.replay import SampleRef
+from ez_robot.replay import ReplayBuffer, SampleRef
+from ez_robot.schedules import priority_beta, total_train_steps
 
-__all__ = ["dynamic_horizon", "value_horizons", "network_bootstraps", "BatchContext", "prepare_context"]
+__all__ = ["dynamic_horizon", "value_horizons", "network_bootstraps", "BatchContext", "prepare_context", "fresh_from",
+           "sample_batch"]
 
 
 def dynamic_horizon(collected_at: np.ndarray, train_step: int, total_train_steps: int, td_steps: int,
@@ -204,3 +207,34 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
                         policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
                         searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self,
                         by_network)
+
+
+def fresh_from(config, target_version: int, swept_round: int) -> int | None:
+    """The oldest target-network version whose stored results a batch may use: the
+    current one's with ``staleness`` 0 once its first sweep round is complete
+    (``swept_round``), the previous one's while it runs (Ray sweeps beside training; one
+    process completes it before the next batch); ``staleness`` target updates back
+    otherwise.  ``None`` in batch mode: a batch uses none."""
+    r, t = config.reanalyze, config.train
+    if r.mode == "batch":
+        return None
+    if r.staleness == 0:
+        return target_version if swept_round >= target_version else target_version - t.target_update_interval
+    return target_version - r.staleness * t.target_update_interval
+
+
+def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, action: "ActionSpec | int",
+                 rng: np.random.Generator, target_version: int):
+    """A prioritized sample and its CPU context (beta annealed, value horizons from each
+    move's collection step, the stored search results recent enough for the target network
+    of ``target_version``).  Returns (SampleRef, BatchContext)."""
+    t, total = config.train, total_train_steps(config)
+    ref = replay.sample(t.batch_size, priority_beta(config, train_steps, total), rng)
+    collected = np.array([s.collected_at[p] for s, p in zip(ref.segments, ref.positions)])
+    horizons = value_horizons(collected, train_steps, total, t)
+    searched = search_config(config)
+    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
+                              lstm_horizon=searched.lstm_horizon, num_actions=action, rng=rng,
+                              search_from=fresh_from(config, target_version, replay.swept_round),
+                              network_bootstrap=network_bootstraps(collected, train_steps, total, t))
+    return ref, context

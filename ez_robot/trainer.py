@@ -19,18 +19,16 @@ from ez_robot.config import Config
 from ez_robot.device import check_compile, resolve_device, set_threads
 from ez_robot.errors import ConfigError, TrainingAborted
 from ez_robot.evaluation import evaluate
-from ez_robot.inference import make_inference, search_config
-from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze, reanalyze_search_config
-from ez_robot.policies import ActionSpec
+from ez_robot.inference import make_inference
+from ez_robot.reanalyze import Sweeper, reanalyze, reanalyze_search_config
 from ez_robot.replay import ReplayBuffer
 from ez_robot.run_files import RunFiles
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, finished, next_eval_after,
-                                paced_train_steps, priority_beta, replay_shortfall, temperature_at,
-                                total_train_steps, train_steps_due)
+                                paced_train_steps, replay_shortfall, temperature_at, train_steps_due)
 from ez_robot.session import Session, interrupt_on_sigterm
-from ez_robot.targets import network_bootstraps, prepare_context, value_horizons
+from ez_robot.targets import sample_batch
 
-__all__ = ["train", "sample_batch", "check_resumable", "replay_moves_at"]
+__all__ = ["train", "check_resumable", "replay_moves_at"]
 
 
 class _Run:
@@ -171,23 +169,6 @@ class _Run:
             self.actor.load_state_dict(state["actor"])
         if self.replay_files and state.get("replay"):
             self.replay = self.replay_files.load(self.config.replay, state["replay"])
-
-
-def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, action: "ActionSpec | int",
-                 rng: np.random.Generator, target_version: int):
-    """A prioritized sample and its CPU context (beta annealed, value horizons from each
-    move's collection step, the stored search results recent enough for the target network
-    of ``target_version``).  Returns (SampleRef, BatchContext)."""
-    t, total = config.train, total_train_steps(config)
-    ref = replay.sample(t.batch_size, priority_beta(config, train_steps, total), rng)
-    collected = np.array([s.collected_at[p] for s, p in zip(ref.segments, ref.positions)])
-    horizons = value_horizons(collected, train_steps, total, t)
-    searched = search_config(config)
-    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
-                              lstm_horizon=searched.lstm_horizon, num_actions=action, rng=rng,
-                              search_from=fresh_from(config, target_version, replay.swept_round),
-                              network_bootstrap=network_bootstraps(collected, train_steps, total, t))
-    return ref, context
 
 
 def replay_moves_at(state: dict, replay_checkpoint: bool) -> int:

@@ -18,13 +18,13 @@ import torch
 import ez_robot
 from ez_robot import search
 from ez_robot.builders import EnvSpec
-from ez_robot.config import load_config
+from ez_robot.config import load_config, search_config
 from ez_robot.envs import make_from_config
 from ez_robot.envs.wrappers import discrete_action_table
 from ez_robot.export import onnx_export
 from ez_robot.export.onnx_export import ExportError, export_model, export_run
 from ez_robot.export.runtime import BUNDLE_FORMAT, BundleError, ObservationError, Policy
-from ez_robot.inference import TorchInference, search_config
+from ez_robot.inference import TorchInference
 from ez_robot.networks import make_network, support_to_scalar
 
 ROOT = Path(__file__).resolve().parents[1]

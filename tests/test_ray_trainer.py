@@ -202,7 +202,8 @@ def test_the_learner_trains_only_on_what_self_play_has_played():
     requests ahead).  The learner's ratio counts the decisions played and reported, never
     the ones granted: counted at grant time, the learner trained up to 16 decisions' worth
     of steps on data that did not exist yet, which the single-process trainer never does."""
-    from ez_robot.ray_workers import STEPS_PER_REQUEST, SharedStorage
+    from ez_robot.ray_storage import SharedStorage
+    from ez_robot.ray_workers import STEPS_PER_REQUEST
     from ez_robot.schedules import Counters, train_steps_due
 
     config = load_config("gym:CartPole-v1", budget="2k", overrides=["replay.min_replay_size=500"])
@@ -219,7 +220,8 @@ def test_the_learner_trains_only_on_what_self_play_has_played():
 def test_a_checkpoint_keeps_only_the_decisions_played():
     """Decisions granted and still playing are not in a checkpoint's counters: a run resumed
     from it plays them again rather than counting data it never stored."""
-    from ez_robot.ray_workers import STEPS_PER_REQUEST, SharedStorage
+    from ez_robot.ray_storage import SharedStorage
+    from ez_robot.ray_workers import STEPS_PER_REQUEST
     from ez_robot.schedules import Counters
 
     config = load_config("gym:CartPole-v1", budget="2k", overrides=["replay.min_replay_size=500"])
@@ -240,7 +242,8 @@ def test_a_grant_lost_with_its_worker_is_granted_again():
     budget, the learner's ratio never reached the last training steps and the run waited
     forever (the killed-worker test hung about one run in eight).  The restarted worker
     gets them back."""
-    from ez_robot.ray_workers import STEPS_PER_REQUEST, SharedStorage
+    from ez_robot.ray_storage import SharedStorage
+    from ez_robot.ray_workers import STEPS_PER_REQUEST
     from ez_robot.schedules import Counters
 
     config = load_config("gym:CartPole-v1", budget="40", overrides=["replay.min_replay_size=8"])
@@ -258,3 +261,34 @@ def test_a_grant_lost_with_its_worker_is_granted_again():
         played += granted
     assert played == storage.progress()["played"] == 40
     assert storage.drain()["events"][-1][2] == {"worker": "selfplay-0", "restarts": 1, "lost_steps": STEPS_PER_REQUEST}
+
+
+def test_the_storage_and_replay_actors_run_without_torch(tmp_path):
+    """The storage and replay actors hold no network, so their processes never import torch
+    (~3 CPU-s and ~200 MB each otherwise): their module imports none, and what a run sends
+    the storage (config, counters, the networks' weights as numpy arrays, plain episode
+    records) unpickles without it.  A process that unpickled a tensor or one of the actor
+    module's objects would import torch."""
+    import pickle
+    import subprocess
+    import sys
+
+    from ez_robot.builders import env_spec, make_model
+    from ez_robot.ray_workers import shippable
+    from ez_robot.schedules import Counters
+
+    config = load_config("gym:CartPole-v1", budget="2k")
+    weights = shippable(make_model(config, env_spec(config)).state_dict())
+    sent = tmp_path / "sent.pkl"
+    sent.write_bytes(pickle.dumps((config, Counters(), {"acting": (0, weights), "target": (0, weights)})))
+    code = f"""if True:
+        import pickle, sys
+        from ez_robot.ray_storage import ReplayWorker, SharedStorage
+        config, counters, weights = pickle.loads(open({str(sent)!r}, "rb").read())
+        storage = SharedStorage(config, counters, weights, lead=16)
+        storage.report(0, [{{"episode_return": 9.0, "length": 9}}], [], {{}}, worker=0)
+        version, acting = storage.get_weights("acting")
+        print(len(acting), storage.drain()["events"][0][2], sorted(m for m in sys.modules if m.startswith("torch")))
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split(" ", 1)
+    assert out[0] == str(len(weights)) and out[1].strip() == "{'episode_return': 9.0, 'length': 9} []", out

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from ez_robot.config import load_config
-from ez_robot.reanalyze import Sweeper, fresh_from, reanalyze, search_segments, sweep_round
+from ez_robot.reanalyze import Sweeper, reanalyze, search_segments, sweep_round
 from ez_robot.replay import ReplayBuffer
-from ez_robot.targets import prepare_context
+from ez_robot.targets import fresh_from, prepare_context
 from tests.test_core import ACTIONS, mdp_segment
 from tests.toy_models import ToyInference
 
