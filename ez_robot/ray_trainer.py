@@ -30,7 +30,7 @@ from ez_robot.errors import ConfigError, EnvironmentFailed, TrainingAborted
 from ez_robot.ray_cluster import Placement, default_reanalyze_workers, init_ray
 from ez_robot.ray_storage import ReplayWorker, SharedStorage
 from ez_robot.ray_workers import STEPS_PER_REQUEST, LearnerWorker, Reanalyzer, SelfPlayWorker, evaluate_weights, shippable
-from ez_robot.run_files import RunFiles
+from ez_robot.run_files import RunFiles, holds_run_dir
 from ez_robot.schedules import Counters, default_eval_interval, next_eval_after, replay_shortfall, total_train_steps
 from ez_robot.session import Session, interrupt_on_sigterm
 from ez_robot.trainer import check_resumable
@@ -40,6 +40,7 @@ __all__ = ["train"]
 _log = logging.getLogger(__name__)
 
 
+@holds_run_dir
 def train(config: Config, run_dir: Path | str, *, workers: int = 1, reanalyze_workers: int | None = None,
           address: str | None = None, gpus: float | None = None, device: str = "auto", num_envs: int = 1,
           checkpoint_interval: int = 1000, eval_interval: int | None = None, eval_episodes: int | None = None,

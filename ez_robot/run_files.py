@@ -1,17 +1,63 @@
-"""A run directory: its resolved config, metrics (JSONL and TensorBoard) and checkpoints."""
+"""A run directory: its resolved config, metrics (JSONL and TensorBoard) and checkpoints,
+and the lock that keeps a second process from training in it at the same time."""
 from __future__ import annotations
 
+import functools
 import json
+import os
 import time
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no lock
+    fcntl = None
 
 import yaml
 
 from ez_robot.checkpoint import write_checkpoint
 from ez_robot.config import Config, config_to_dict
+from ez_robot.errors import RunError
 from ez_robot.schedules import Counters
 
-__all__ = ["RunFiles"]
+__all__ = ["RunFiles", "holds_run_dir"]
+
+
+def holds_run_dir(train):
+    """For a trainer's ``train(config, run_dir, ...)``: while it runs, ``run_dir/.lock`` is
+    locked (``flock``), and a second process that would train in the same directory (a
+    resume started twice, a job retried while the first still runs) is refused before it
+    reads or writes anything, rather than both writing the checkpoint and pruning each
+    other's replay files.  The kernel drops the lock when the process ends, killed or not."""
+
+    @functools.wraps(train)
+    def holding(config, run_dir, *args, **kwargs):
+        if fcntl is None:
+            return train(config, run_dir, *args, **kwargs)
+        run_dir = Path(run_dir)
+        created = not run_dir.exists()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(run_dir / ".lock", "a+") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    lock.seek(0)
+                    holder = lock.read().strip()
+                    raise RunError(f"{run_dir} is in use: another process{f' (pid {holder})' if holder else ''} "
+                                   "is training in it; let it finish or stop it first (Ctrl-C or SIGTERM leaves "
+                                   "a checkpoint to resume)") from None
+                lock.truncate(0)
+                lock.write(f"{os.getpid()}\n")
+                lock.flush()
+                return train(config, run_dir, *args, **kwargs)
+        except BaseException:
+            if created and [p.name for p in run_dir.iterdir()] == [".lock"]:  # a run that wrote nothing
+                (run_dir / ".lock").unlink()                                  # leaves nothing behind
+                run_dir.rmdir()
+            raise
+
+    return holding
 
 
 class RunFiles:

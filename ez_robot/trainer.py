@@ -22,7 +22,7 @@ from ez_robot.evaluation import evaluate
 from ez_robot.inference import make_inference
 from ez_robot.reanalyze import Sweeper, reanalyze, reanalyze_search_config
 from ez_robot.replay import ReplayBuffer
-from ez_robot.run_files import RunFiles
+from ez_robot.run_files import RunFiles, holds_run_dir
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, finished, next_eval_after,
                                 paced_train_steps, replay_shortfall, temperature_at, train_steps_due)
 from ez_robot.session import Session, interrupt_on_sigterm
@@ -196,6 +196,7 @@ def check_resumable(config: Config, state: dict, run_dir: Path | str, replay_che
         raise ConfigError(f"cannot resume: {problem}")
 
 
+@holds_run_dir
 def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs: int = 1,
           checkpoint_interval: int = 1000, eval_interval: int | None = None, eval_episodes: int | None = None,
           progress: bool = True, threads: int = 1, resume: dict | None = None, replay_checkpoint: bool = True,

@@ -58,6 +58,33 @@ def test_train_user_errors_are_messages_not_tracebacks(args, message, tmp_path):
     assert not (tmp_path / "run").exists()  # nothing left behind
 
 
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_run_directory_another_process_trains_in_is_refused(workers, tmp_path):
+    """Two processes training in one run directory (a resume started twice, a job retried
+    while the first still runs) would write one checkpoint and prune each other's replay
+    files.  The second is refused with the holder's pid before it writes anything, and
+    before the Ray trainer starts Ray."""
+    import fcntl
+
+    import ray
+    from click.testing import CliRunner
+
+    from ez_robot.cli import main
+
+    run, ray_before = tmp_path / "run", ray.is_initialized()
+    run.mkdir()
+    with open(run / ".lock", "w") as held:  # another process's lock, as the kernel sees it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("4242\n")
+        held.flush()
+        result = CliRunner().invoke(main, ["train", "--task", "gym:CartPole-v1", "--workers", workers, "--quiet",
+                                           "--run-dir", str(run)])
+    assert isinstance(result.exception, SystemExit) and result.exit_code != 0, result.exception
+    assert f"{run} is in use: another process (pid 4242) is training in it" in result.stderr
+    assert "Traceback" not in result.output and sorted(p.name for p in run.iterdir()) == [".lock"]
+    assert ray.is_initialized() == ray_before  # refused before init_ray
+
+
 def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
     """Only ez-robot's own error types become one-line messages: anything else (a bug, here
     a ValueError from deep inside) reaches the user with its traceback."""
