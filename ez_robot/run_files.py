@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 
 try:
@@ -47,6 +48,9 @@ def holds_run_dir(train):
                     raise RunError(f"{run_dir} is in use: another process{f' (pid {holder})' if holder else ''} "
                                    "is training in it; let it finish or stop it first (Ctrl-C or SIGTERM leaves "
                                    "a checkpoint to resume)") from None
+                except OSError as error:  # a filesystem without locks (some network mounts): train unguarded
+                    warnings.warn(f"cannot lock {run_dir / '.lock'} ({error.strerror}); a second process training "
+                                  "in this run directory would not be stopped")
                 lock.truncate(0)
                 lock.write(f"{os.getpid()}\n")
                 lock.flush()

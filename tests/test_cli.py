@@ -1,5 +1,6 @@
 """The command line, run as a user runs it (a subprocess), with tiny budgets."""
 import json
+import os
 import subprocess
 import sys
 
@@ -83,6 +84,28 @@ def test_a_run_directory_another_process_trains_in_is_refused(workers, tmp_path)
     assert f"{run} is in use: another process (pid 4242) is training in it" in result.stderr
     assert "Traceback" not in result.output and sorted(p.name for p in run.iterdir()) == [".lock"]
     assert ray.is_initialized() == ray_before  # refused before init_ray
+
+
+def test_the_run_directory_lock_is_released_and_optional(tmp_path, monkeypatch):
+    """The lock ends with the training call (the same process trains there again), and on a
+    filesystem without locks (some network mounts) training goes on with a warning."""
+    import errno
+    import fcntl
+
+    from ez_robot.run_files import holds_run_dir
+
+    @holds_run_dir
+    def train(config, run_dir):
+        return (run_dir / ".lock").read_text()
+
+    assert train(None, tmp_path / "run") == train(None, tmp_path / "run") == f"{os.getpid()}\n"
+
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.warns(UserWarning, match=r"cannot lock .* \(No locks available\)"):
+        assert train(None, tmp_path / "nfs") == f"{os.getpid()}\n"
 
 
 def test_a_bug_keeps_its_traceback(tmp_path, monkeypatch):
