@@ -37,7 +37,10 @@ def holds_run_dir(train):
             return train(config, run_dir, *args, **kwargs)
         run_dir = Path(run_dir)
         created = not run_dir.exists()
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:  # a parent that is a file, a place the user may not write to
+            raise RunError(f"cannot make the run directory {run_dir}: {error.strerror}") from None
         try:
             with open(run_dir / ".lock", "a+") as lock:
                 try:

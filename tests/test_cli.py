@@ -86,6 +86,19 @@ def test_a_run_directory_another_process_trains_in_is_refused(workers, tmp_path)
     assert ray.is_initialized() == ray_before  # refused before init_ray
 
 
+def test_a_run_directory_that_cannot_be_made_is_a_message(tmp_path):
+    from click.testing import CliRunner
+
+    from ez_robot.cli import main
+
+    (tmp_path / "a-file").write_text("")
+    result = CliRunner().invoke(main, ["train", "--task", "gym:CartPole-v1", "--workers", "0", "--quiet",
+                                       "--run-dir", str(tmp_path / "a-file" / "run")])
+    assert isinstance(result.exception, SystemExit) and result.exit_code != 0, result.exception
+    assert f"cannot make the run directory {tmp_path / 'a-file' / 'run'}: Not a directory" in result.stderr
+    assert "Traceback" not in result.output
+
+
 def test_the_run_directory_lock_is_released_and_optional(tmp_path, monkeypatch):
     """The lock ends with the training call (the same process trains there again), and on a
     filesystem without locks (some network mounts) training goes on with a warning."""
