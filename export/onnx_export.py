@@ -285,7 +285,11 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
                           f"but {config.env.task} gives observations {tuple(space.shape)} and {env.action_space}")
     staging = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    try:
+        staging.mkdir(parents=True)
+    except OSError as error:  # a parent that is a file, a place the user may not write to
+        env.close()
+        raise ExportError(f"cannot write the bundle at {out}: {error.strerror}") from None
     try:
         paths = export_network(net, staging)
         manifest = {

@@ -364,7 +364,10 @@ def write_report(run_dirs, out_dir: str | Path) -> Path:
     if not runs:
         raise RunError("no run directories given")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a parent that is a file, a place the user may not write to
+        raise RunError(f"cannot write the report to {out}: {error.strerror}") from None
     groups = group_runs(runs)
     settings_per_task = defaultdict(int)
     for task, _, _ in groups:

@@ -311,6 +311,14 @@ def test_report_on_a_directory_that_is_not_a_run(tmp_path):
     assert "not an ez-robot run directory" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_report_directory_that_cannot_be_made_is_a_message(tmp_path, tiny_run):
+    (tmp_path / "a-file").write_text("")
+    result = CliRunner().invoke(main, ["report", str(tiny_run), "-o", str(tmp_path / "a-file" / "report")])
+    assert result.exit_code != 0 and isinstance(result.exception, SystemExit), result.exception
+    assert f"cannot write the report to {tmp_path / 'a-file' / 'report'}: Not a directory" in result.stderr
+    assert "Traceback" not in result.output
+
+
 ARCHIVE_SCRIPT = str(Path(__file__).resolve().parents[1] / "benchmarks" / "archive_run.py")
 
 

@@ -356,6 +356,12 @@ def test_unknown_preset(state):
         Policy.load(state["bundle"], preset="fast")
 
 
+def test_a_bundle_directory_that_cannot_be_made_is_named(state, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ExportError, match="cannot write the bundle at .*a-file/bundle: Not a directory"):
+        export_run(state["run_dir"], tmp_path / "a-file" / "bundle", observations=4)
+
+
 def test_a_failed_check_writes_no_bundle(state, tmp_path, monkeypatch):
     monkeypatch.setattr(onnx_export, "ATOL", -1.0)  # every output now "differs"
     with pytest.raises(ExportError, match="ONNX outputs differ from torch .* the bundle was not written"):
