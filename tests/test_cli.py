@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from tests.cli_runner import user_error
+
 
 def ez(*args, timeout=300):
     return subprocess.run([sys.executable, "-m", "ez_robot.cli", *args], capture_output=True, text=True,
@@ -49,13 +51,7 @@ def test_tasks_filter():
 def test_train_user_errors_are_messages_not_tracebacks(args, message, tmp_path):
     """In this process (a Python start with torch costs ~3 s a case): click's own exit with
     the message on stderr, as the subprocess runs above and below go through."""
-    from click.testing import CliRunner
-
-    from ez_robot.cli import main
-
-    result = CliRunner().invoke(main, ["train", *args, "--run-dir", str(tmp_path / "run")])
-    assert result.exit_code != 0 and isinstance(result.exception, SystemExit), result.exception
-    assert message in result.stderr and "Traceback" not in result.output
+    assert message in user_error("train", *args, "--run-dir", tmp_path / "run").stderr
     assert not (tmp_path / "run").exists()  # nothing left behind
 
 
@@ -68,9 +64,6 @@ def test_a_run_directory_another_process_trains_in_is_refused(workers, tmp_path)
     import fcntl
 
     import ray
-    from click.testing import CliRunner
-
-    from ez_robot.cli import main
 
     run, ray_before = tmp_path / "run", ray.is_initialized()
     run.mkdir()
@@ -78,25 +71,17 @@ def test_a_run_directory_another_process_trains_in_is_refused(workers, tmp_path)
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("4242\n")
         held.flush()
-        result = CliRunner().invoke(main, ["train", "--task", "gym:CartPole-v1", "--workers", workers, "--quiet",
-                                           "--run-dir", str(run)])
-    assert isinstance(result.exception, SystemExit) and result.exit_code != 0, result.exception
+        result = user_error("train", "--task", "gym:CartPole-v1", "--workers", workers, "--quiet", "--run-dir", run)
     assert f"{run} is in use: another process (pid 4242) is training in it" in result.stderr
-    assert "Traceback" not in result.output and sorted(p.name for p in run.iterdir()) == [".lock"]
+    assert sorted(p.name for p in run.iterdir()) == [".lock"]
     assert ray.is_initialized() == ray_before  # refused before init_ray
 
 
 def test_a_run_directory_that_cannot_be_made_is_a_message(tmp_path):
-    from click.testing import CliRunner
-
-    from ez_robot.cli import main
-
     (tmp_path / "a-file").write_text("")
-    result = CliRunner().invoke(main, ["train", "--task", "gym:CartPole-v1", "--workers", "0", "--quiet",
-                                       "--run-dir", str(tmp_path / "a-file" / "run")])
-    assert isinstance(result.exception, SystemExit) and result.exit_code != 0, result.exception
-    assert f"cannot make the run directory {tmp_path / 'a-file' / 'run'}: Not a directory" in result.stderr
-    assert "Traceback" not in result.output
+    run = tmp_path / "a-file" / "run"
+    result = user_error("train", "--task", "gym:CartPole-v1", "--workers", "0", "--quiet", "--run-dir", run)
+    assert f"cannot make the run directory {run}: Not a directory" in result.stderr
 
 
 def test_the_run_directory_lock_is_released_and_optional(tmp_path, monkeypatch):
