@@ -25,8 +25,8 @@ from ez_robot._search import SearchConfig
 from ez_robot.errors import ConfigError
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "ReanalyzeConfig", "Config",
-           "load_config", "resolved_action_mode", "search_config", "parse_budget", "parse_override", "config_to_dict", "task_family", "PRESET_DIR",
-           "RECIPE_DIR", "recipe_overrides"]
+           "load_config", "resolved_action_mode", "search_config", "parse_budget", "parse_override", "config_to_dict",
+           "task_family", "PRESET_DIR", "RECIPE_DIR", "recipe_overrides"]
 
 # configs/ in the repository, installed as the data package ez_robot.configs.
 PRESET_DIR = Path(str(importlib.resources.files("ez_robot.configs")))

@@ -39,10 +39,11 @@ def holds_run_dir(train):
         created = not run_dir.exists()
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
+            lock = open(run_dir / ".lock", "a+")
         except OSError as error:  # a parent that is a file, a place the user may not write to
-            raise RunError(f"cannot make the run directory {run_dir}: {error.strerror}") from None
+            raise RunError(f"cannot write the run directory {run_dir}: {error.strerror}") from None
         try:
-            with open(run_dir / ".lock", "a+") as lock:
+            with lock:
                 try:
                     fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:

@@ -81,7 +81,7 @@ def test_a_run_directory_that_cannot_be_made_is_a_message(tmp_path):
     (tmp_path / "a-file").write_text("")
     run = tmp_path / "a-file" / "run"
     result = user_error("train", "--task", "gym:CartPole-v1", "--workers", "0", "--quiet", "--run-dir", run)
-    assert f"cannot make the run directory {run}: Not a directory" in result.stderr
+    assert f"cannot write the run directory {run}: Not a directory" in result.stderr
 
 
 def test_the_run_directory_lock_is_released_and_optional(tmp_path, monkeypatch):
