@@ -240,9 +240,19 @@ def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int 
     episodes = episodes or config.train.eval_episodes
     if video < 0:
         raise ConfigError(f"the number of videos must be >= 0, got {video}")
+    tmp = run.run_dir / "eval.json.tmp"
+    try:  # before the episodes, not after them
+        open(tmp, "w").close()
+    except OSError as error:
+        raise RunError(f"cannot write {run.run_dir / 'eval.json'}: {error.strerror}; evaluate a copy of the run in a "
+                       "directory you can write to") from None
     start = time.time()
-    result = play(run.net, config, dev, episodes, seed, record=min(video, episodes),
-                  video_dir=run.run_dir / "videos", progress=progress)
+    try:
+        result = play(run.net, config, dev, episodes, seed, record=min(video, episodes),
+                      video_dir=run.run_dir / "videos", progress=progress)
+    except BaseException:  # Ctrl-C, a failing env: no empty file left behind
+        tmp.unlink(missing_ok=True)
+        raise
     task = config.env.task
     report = {"task": task, "checkpoint": str(run.checkpoint), "seed": seed,
               "search_overrides": list(search_overrides),
@@ -250,7 +260,6 @@ def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int 
               "train_steps": run.counters.get("train_steps"), **summarize(task, result.returns, result.successes),
               "returns": result.returns, "lengths": result.lengths, "videos": [str(v) for v in result.videos],
               "wall_seconds": time.time() - start}
-    tmp = run.run_dir / "eval.json.tmp"
     tmp.write_text(json.dumps(report, indent=2) + "\n")
     os.replace(tmp, run.run_dir / "eval.json")
     return report

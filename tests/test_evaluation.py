@@ -141,6 +141,7 @@ class Exploit:
     ("not_ours", "is not an ez-robot training checkpoint"),
     ("pickled_code", "holds Python objects other than tensors"),
     ("old_format", "checkpoint format"),
+    ("unwritable", "cannot write"),  # said before the episodes
 ])
 def test_bad_run_directories_are_clear_errors(tmp_path, tiny_run, setup, message):
     run = tmp_path / "run"
@@ -152,6 +153,9 @@ def test_bad_run_directories_are_clear_errors(tmp_path, tiny_run, setup, message
         torch.save({"weights": 1}, run / "checkpoints" / "latest.pt")
     if setup == "pickled_code":  # a shared checkpoint that would run code when unpickled
         torch.save({"format": 2, "payload": Exploit()}, run / "checkpoints" / "latest.pt")
+    if setup == "unwritable":  # as root no permission stops a write: a directory in the way does
+        shutil.copytree(tiny_run, run, dirs_exist_ok=True)
+        (run / "eval.json.tmp").mkdir()
     if setup == "old_format":
         state = torch.load(tiny_run / "checkpoints" / "latest.pt", weights_only=False)
         state["format"] = 0
