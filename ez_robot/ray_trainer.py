@@ -98,7 +98,8 @@ class _Pipeline:
         first = {name: value.detach() for name, value in make_model(config, spec).state_dict().items()}
         learner_state = resume["learner"] if resume else None
         if learner_state is None:
-            weights = {"acting": (0, shippable(first)), "target": (0, shippable(first))}
+            shipped = shippable(first)  # one dict for both: the storage is sent its arrays once
+            weights = {"acting": (0, shipped), "target": (0, shipped)}
         else:
             versions = learner_state["versions"]
             weights = {"acting": (versions["acting"], shippable(learner_state["acting_model"])),
