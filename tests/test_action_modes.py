@@ -10,7 +10,7 @@ import torch
 
 from ez_robot import search
 from ez_robot._search import SearchConfig
-from ez_robot.config import ConfigError, load_config, resolved_action_mode
+from ez_robot.config import ConfigError, load_config
 from ez_robot.networks import make_network, policy_entropy, policy_log_prob
 from ez_robot.policies import MEAN_BOUND, STD_MIN, ActionSpec, bin_values, log_prob, mode_action, sample_candidates
 

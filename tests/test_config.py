@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from ez_robot.config import (Config, ConfigError, PRESET_DIR, RECIPE_DIR, config_from_dict, config_to_dict,
+from ez_robot.config import (ConfigError, PRESET_DIR, RECIPE_DIR, config_from_dict, config_to_dict,
                              load_config, parse_budget, parse_override, recipe_overrides, with_search_overrides)
 
 
