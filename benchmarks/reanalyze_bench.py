@@ -72,7 +72,7 @@ def main():
                                       discount=searched.discount, lstm_horizon=searched.lstm_horizon,
                                       num_actions=actions, rng=rng)
             middle = time.perf_counter()
-            targets = reanalyze(context, ref.segments, inference, searched, rng,
+            targets = reanalyze(context, inference, searched, rng,
                                 policy_ratio=t.reanalyze_policy_ratio)
             end = time.perf_counter()
         print(f"| {label} | {batch} | {targets.num_searches} | {1000 * (middle - start):.1f} | {end - middle:.2f} "

@@ -5,15 +5,21 @@
 For a full DMC-state buffer (100k moves, 5 floats each) and an Atari-sized one (100k
 moves of 96x96 RGB frames, stacked 4 at sample time; 2.8 GB), batch 256: the time of
 ``ReplayBuffer.sample`` (priorities -> indices and IS weights), of ``prepare_context``
-(stacking the K + 1 observations, value-prefix and k-step targets of every sample), and
-of a priority update.  Median of 20.
+(stacking the K + 1 observations and the bootstrap observations, value-prefix and k-step
+targets of every sample), of a priority update, and of pickling and unpickling what the
+Ray replay actor returns to reanalyze (protocol 5 with out-of-band buffers, as Ray
+serializes; the object store's copy is not included).  Median of 20.
 """
+import pickle
 import time
 
 import numpy as np
 
 from _synthetic import segment
+from ray import cloudpickle
+
 from ez_robot.config import ReplayConfig
+from ez_robot.ray_storage import _Sample
 from ez_robot.replay import ReplayBuffer
 from ez_robot.targets import dynamic_horizon, prepare_context
 
@@ -28,10 +34,16 @@ def median_ms(fn, repeats=20):
     return 1000 * float(np.median(times))
 
 
+def ship(sample) -> None:
+    buffers = []
+    data = cloudpickle.dumps(sample, protocol=5, buffer_callback=buffers.append)
+    pickle.loads(data, buffers=[b.raw() for b in buffers])
+
+
 def main():
     rng = np.random.default_rng(0)
-    print("| buffer | moves | sample (ms) | prepare_context (ms) | update priorities (ms) |")
-    print("|---|---|---|---|---|")
+    print("| buffer | moves | sample (ms) | prepare_context (ms) | update priorities (ms) | ship a sample (ms) |")
+    print("|---|---|---|---|---|---|")
     for label, frame_shape, stack, actions, dtype in [("DMC state (5 floats)", (5,), 1, 125, np.float32),
                                                       ("Atari (96x96 RGB, stack 4)", (3, 96, 96), 4, 18, np.uint8)]:
         replay = ReplayBuffer(ReplayConfig(capacity=100_000, min_replay_size=1))
@@ -44,7 +56,11 @@ def main():
         context = median_ms(lambda: prepare_context(ref, unroll_steps=5, horizons=horizons, discount=0.988,
                                                     lstm_horizon=5, num_actions=actions, rng=rng))
         update = median_ms(lambda: replay.update_priorities(ref.segment_ids, ref.positions, rng.random(256)))
-        print(f"| {label} | {len(replay):,} | {sample:.2f} | {context:.2f} | {update:.2f} |", flush=True)
+        shipped = _Sample(prepare_context(ref, unroll_steps=5, horizons=horizons, discount=0.988, lstm_horizon=5,
+                                          num_actions=actions, rng=rng), ref.segment_ids, ref.positions, ref.weights)
+        shipping = median_ms(lambda: ship(shipped))
+        print(f"| {label} | {len(replay):,} | {sample:.2f} | {context:.2f} | {update:.2f} | {shipping:.2f} |",
+              flush=True)
 
 
 if __name__ == "__main__":

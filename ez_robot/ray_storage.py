@@ -140,21 +140,9 @@ class SharedStorage:
 
 # --- replay -----------------------------------------------------------------------------
 
-class _BootstrapObservations:
-    """The observations reanalyze needs from one sampled segment (its bootstrap
-    observations), shipped instead of the whole segment."""
-
-    def __init__(self, segment, indices: np.ndarray):
-        self.by_index = {int(i): segment.observation(int(i)) for i in indices if i >= 0}
-
-    def observation(self, index: int) -> np.ndarray:
-        return self.by_index[int(index)]
-
-
 @dataclass
 class _Sample:
-    context: BatchContext
-    observations: list        # [B] _BootstrapObservations
+    context: BatchContext     # with the bootstrap observations reanalyze may need
     segment_ids: np.ndarray   # [B] int64
     positions: np.ndarray     # [B] int64
     weights: np.ndarray       # [B] float32 importance-sampling weights
@@ -183,8 +171,7 @@ class ReplayWorker:
             return None
         ref, context = sample_batch(self.replay, self.config, train_steps, self.action, self.rng,
                                     target_version=target_version)
-        observations = [_BootstrapObservations(s, context.bootstrap_index[b]) for b, s in enumerate(ref.segments)]
-        return _Sample(context, observations, ref.segment_ids, ref.positions, ref.weights)
+        return _Sample(context, ref.segment_ids, ref.positions, ref.weights)
 
     def update_priorities(self, segment_ids, positions, priorities) -> None:
         self.replay.update_priorities(segment_ids, positions, priorities)

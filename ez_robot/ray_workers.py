@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import ray
@@ -105,10 +105,10 @@ class Reanalyzer:
             return None
         t = self.config.train
         with self.stopwatch("reanalyze"):
-            targets = reanalyze(sample.context, sample.observations, self.inference, self.search_config, self.rng,
+            targets = reanalyze(sample.context, self.inference, self.search_config, self.rng,
                                 policy_ratio=t.reanalyze_policy_ratio)
-        return _Prepared(sample.context, targets, sample.weights, sample.segment_ids, sample.positions,
-                         self.stopwatch.take())
+        context = replace(sample.context, bootstrap_observations=None)  # the learner needs none of them
+        return _Prepared(context, targets, sample.weights, sample.segment_ids, sample.positions, self.stopwatch.take())
 
     def _load_target(self) -> None:
         self.target_version, weights = ray.get(self.storage.get_weights.remote("target"))
@@ -246,7 +246,7 @@ class LearnerWorker:
             return None
         t = self.config.train
         with self.stopwatch("reanalyze"):
-            targets = reanalyze(sample.context, sample.observations, self.target_inference, self.search_config, self.rng,
+            targets = reanalyze(sample.context, self.target_inference, self.search_config, self.rng,
                                 policy_ratio=t.reanalyze_policy_ratio)
         return _Prepared(sample.context, targets, sample.weights, sample.segment_ids, sample.positions, {})
 

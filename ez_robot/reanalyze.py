@@ -50,7 +50,7 @@ class Targets:
     """Sampled modes: [B, K + 1, C, D] float32 the candidate actions ``policy`` is over."""
 
 
-def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInference, search_config: SearchConfig,
+def reanalyze(context: BatchContext, inference: TorchInference, search_config: SearchConfig,
               rng: np.random.Generator, *, policy_ratio: float,
               max_search_batch: int = 1024) -> Targets:
     batch = context.observations.shape[0]
@@ -69,7 +69,7 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
     value_cells = bootstrap & ~fresh & ~by_network
     values[fresh] = context.searched_values[fresh]
     if by_network.any():
-        values[by_network] = _predicted_values(inference, _bootstrap_observations(context, ref_segments, by_network),
+        values[by_network] = _predicted_values(inference, context.bootstrap_observations_of(by_network),
                                                max_search_batch)
     stored_policy = policy_cells & context.policy_fresh
     policy[stored_policy] = context.searched_policies[stored_policy]
@@ -82,12 +82,13 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
     own = context.bootstrap_self if context.bootstrap_self is not None else False
     shared = value_cells & policy_cells & own
     value_only = value_cells & ~shared
-    roots = _bootstrap_observations(context, ref_segments, value_only)
-    num_value_roots = len(roots)
-    roots.extend(context.observations[policy_cells])
-    if roots:
-        out = run_search(inference, np.stack(roots), search_config.replace(temperature=1.0), rng,
-                         max_batch=max_search_batch)
+    num_value_roots, obs_shape = int(value_only.sum()), context.observations.shape[2:]
+    roots = np.empty((num_value_roots + int(policy_cells.sum()),) + obs_shape, context.observations.dtype)
+    context.bootstrap_observations_of(value_only, out=roots[:num_value_roots])  # copied once, into place
+    np.take(context.observations.reshape((-1,) + obs_shape), np.flatnonzero(policy_cells), axis=0,
+            out=roots[num_value_roots:])
+    if len(roots):
+        out = run_search(inference, roots, search_config.replace(temperature=1.0), rng, max_batch=max_search_batch)
         values[value_only] = out.root_values[:num_value_roots]
         values[shared] = out.root_values[num_value_roots:][shared[policy_cells]]
         policy[policy_cells] = out.policy[num_value_roots:]  # visits at T = 1, or the improved policy
@@ -100,17 +101,12 @@ def reanalyze(context: BatchContext, ref_segments: list, inference: TorchInferen
                    candidates=candidates)
 
 
-def _bootstrap_observations(context: BatchContext, ref_segments: list, cells: np.ndarray) -> list:
-    """o_{t+u+l} for each [B, K + 1] cell set in ``cells``, in row-major order."""
-    return [ref_segments[b].observation(int(context.bootstrap_index[b, u])) for b, u in zip(*np.nonzero(cells))]
-
-
-def _predicted_values(inference, observations: list, max_batch: int) -> np.ndarray:
+def _predicted_values(inference, observations: np.ndarray, max_batch: int) -> np.ndarray:
     """The network's value prediction v(o) for each observation, in chunks of ``max_batch``."""
-    if not observations:
+    if not len(observations):
         return np.zeros(0, np.float32)
-    stacked = np.stack(observations)
-    return np.concatenate([inference.root(stacked[i:i + max_batch]).value for i in range(0, len(stacked), max_batch)])
+    return np.concatenate([inference.root(observations[i:i + max_batch]).value
+                           for i in range(0, len(observations), max_batch)])
 
 
 def search_segments(segments: list, inference: TorchInference, search_config: SearchConfig,

@@ -117,6 +117,24 @@ class BatchContext:
     network_bootstrap: "np.ndarray | None" = None
     """[B, K + 1] bool z_{t+u} bootstraps from the target network's value prediction of
     its bootstrap observation, not from a search (:func:`network_bootstraps`)."""
+    bootstrap_observations: "np.ndarray | None" = None
+    """[N, *obs_shape] o_{t+u+l} of the N cells of :meth:`bootstraps_to_compute`, in
+    row-major order: reanalyze needs no segment (a Ray replay ships one array)."""
+
+    def bootstraps_to_compute(self) -> np.ndarray:
+        """[B, K + 1] bool the bootstraps reanalyze may search or predict: those without a
+        fresh stored search value, and the network's predictions."""
+        network = self.network_bootstrap if self.network_bootstrap is not None else False
+        return (self.bootstrap_index >= 0) & (network | ~self.value_fresh)
+
+    def bootstrap_observations_of(self, cells: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """[cells.sum(), *obs_shape] the bootstrap observations of ``cells`` (a subset of
+        :meth:`bootstraps_to_compute`), in row-major order; into ``out`` if given."""
+        held = self.bootstraps_to_compute().ravel()
+        if (cells.ravel() & ~held).any():
+            raise ValueError("a bootstrap observation the context does not hold was asked for")
+        slot = np.cumsum(held) - 1
+        return np.take(self.bootstrap_observations, slot[cells.ravel()], axis=0, out=out)
 
 
 def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
@@ -135,6 +153,7 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
     none (the paper's batch reanalyze searches everything)."""
     spec = num_actions if isinstance(num_actions, ActionSpec) else ActionSpec("joint", num_actions=num_actions)
     batch, K = len(ref.positions), unroll_steps
+    horizons = np.asarray(horizons, np.int64)
     first = ref.segments[0]
     obs_shape = first.observation(0).shape
     observations = np.empty((batch, K + 1) + obs_shape, first.frames.dtype)
@@ -161,52 +180,83 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
     searched_policies = np.zeros((batch, K + 1, num_policy), np.float32)
     policy_fresh = np.zeros((batch, K + 1), bool)
     bootstrap_self = np.zeros((batch, K + 1), bool)
-    powers = discount ** np.arange(int(horizons.max()) + 1)
-
-    for b, (segment, t, l) in enumerate(zip(ref.segments, ref.positions, horizons)):
-        moves = segment.num_moves  # observations 0..moves exist; moves 0..moves-1 have actions
-        rewards, terminated = segment.rewards, segment.terminated
+    # each sample's moves t .. t + K + l_max, copied into windows (zero past its data); the
+    # targets are then computed for the whole batch at once
+    l_max = int(horizons.max()) if batch else 0
+    width = K + 1 + l_max
+    win_rewards = np.zeros((batch, width), np.float32)
+    win_values = np.zeros((batch, width), np.float32)
+    win_searched = np.zeros((batch, width), np.float32)
+    left = np.empty(batch, np.int64)  # moves from t to the end of the segment's data (>= 1)
+    terminated = np.empty(batch, bool)
+    has_search = np.zeros(batch, bool)
+    for b, (segment, t) in enumerate(zip(ref.segments, ref.positions)):
+        moves, t = segment.num_moves, int(t)
+        n_moves, n_obs = min(width, moves - t), min(width, moves + 1 - t)
+        left[b], terminated[b] = moves - t, segment.terminated
+        win_rewards[b, :n_moves] = segment.rewards[t:t + n_moves]
+        win_values[b, :n_obs] = segment.root_values[t:t + n_obs]
+        n = min(K + 1, moves - t)  # unroll positions with a move
+        policies[b, :n] = segment.policies[t:t + n]
+        actions[b, :min(K, n)] = segment.actions[t:t + min(K, n)]
+        if spec.sampled:
+            stored_candidates[b, :n] = segment.candidates[t:t + n]
         search = segment.search if search_from is not None and segment.search is not None \
             and segment.search.version >= search_from else None
-        for u in range(K + 1):
-            pos = t + u
-            observations[b, u] = segment.observation(min(pos, moves))
-            if pos < moves:
-                mask_policy[b, u] = 1.0
-                policies[b, u] = segment.policies[pos]
-                if spec.sampled:
-                    stored_candidates[b, u] = segment.candidates[pos]
-                if search is not None:
-                    searched_policies[b, u], policy_fresh[b, u] = search.policies[pos], True
-                    if spec.sampled:
-                        searched_candidates[b, u] = search.candidates[pos]
-            if u < K:
-                if pos < moves:
-                    actions[b, u] = segment.actions[pos]
-                # value prefix after action u: the LSTM restarts every lstm_horizon steps
-                start = t + (u // lstm_horizon) * lstm_horizon
-                vp_targets[b, u] = rewards[start:min(pos + 1, moves)].sum()
-                mask_vp[b, u] = 1.0 if (pos < moves or terminated) else 0.0
-                mask_consistency[b, u] = 1.0 if pos + 1 <= moves else 0.0
-            if pos > moves:  # past the end of the episode
-                mask_value[b, u] = 1.0 if terminated else 0.0  # absorbing: z = 0
-                continue
-            horizon = min(int(l), moves - pos)  # the tail covers k moves unless the episode ended
-            partial[b, u] = float(np.dot(powers[:horizon], rewards[pos:pos + horizon]))
-            mask_value[b, u] = 1.0
-            if not (terminated and pos + horizon == moves):
-                boot_index[b, u] = pos + horizon
-                boot_discount[b, u] = powers[horizon]
-                bootstrap_self[b, u] = horizon == 0
-                stored_values[b, u] = segment.root_values[pos + horizon]
-                if search is not None:
-                    searched_values[b, u], value_fresh[b, u] = search.values[pos + horizon], True
+        if search is not None:
+            has_search[b] = True
+            win_searched[b, :n_obs] = search.values[t:t + n_obs]
+            searched_policies[b, :n] = search.policies[t:t + n]
+            if spec.sampled:
+                searched_candidates[b, :n] = search.candidates[t:t + n]
+        stack = segment.frame_stack  # o_{t+u}; past the data, the last one (masked)
+        if stack == 1:
+            n_seen = min(K + 1, moves + 1 - t)
+            observations[b, :n_seen] = segment.frames[t:t + n_seen]
+            observations[b, n_seen:] = segment.frames[moves]
+        else:
+            for u in range(K + 1):
+                observations[b, u] = segment.observation(min(t + u, moves))
+
+    u = np.arange(K + 1)[None, :]  # [1, K + 1]
+    left_, ended = left[:, None], terminated[:, None]
+    mask_policy[:] = u < left_
+    policy_fresh[:] = (u < left_) & has_search[:, None]
+    # value prefix after action u: the rewards since the LSTM's last restart (every
+    # lstm_horizon steps), up to the data's end (the windows are zero past it)
+    sums = np.concatenate([np.zeros((batch, 1), np.float32), np.cumsum(win_rewards[:, :K], axis=1)], axis=1)
+    steps = np.arange(K)
+    restart = (steps // lstm_horizon) * lstm_horizon
+    vp_targets[:] = sums[:, steps + 1] - sums[:, restart]
+    mask_vp[:] = (steps[None, :] < left_) | ended
+    mask_consistency[:] = steps[None, :] + 1 <= left_
+    # value targets: the tail covers l moves unless the episode's data ends first
+    within = u <= left_  # o_{t+u} exists
+    mask_value[:] = within | ended  # past a termination the state is absorbing: z = 0
+    horizon = np.where(within, np.minimum(horizons[:, None], left_ - u), 0)
+    powers = discount ** np.arange(l_max + 1)
+    tail = np.zeros((batch, K + 1))
+    for i in range(l_max):
+        tail += np.where(i < horizon, powers[i] * win_rewards[:, u[0] + i], 0.0)
+    partial[:] = np.where(within, tail, 0.0)
+    boots = within & ~(ended & (u + horizon == left_))
+    rows = np.arange(batch)[:, None]
+    boot_index[:] = np.where(boots, ref.positions[:, None] + u + horizon, -1)
+    boot_discount[:] = np.where(boots, powers[horizon], 0.0)
+    bootstrap_self[:] = boots & (horizon == 0)
+    stored_values[:] = np.where(boots, win_values[rows, u + horizon], 0.0)
+    value_fresh[:] = boots & has_search[:, None]
+    searched_values[:] = np.where(value_fresh, win_searched[rows, u + horizon], 0.0)
     by_network = np.zeros((batch, K + 1), bool) if network_bootstrap is None \
         else (boot_index >= 0) & np.asarray(network_bootstrap, bool)[:, None]
-    return BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
-                        policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
-                        searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self,
-                        by_network)
+    context = BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
+                           policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
+                           searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self,
+                           by_network)
+    cells = zip(*np.nonzero(context.bootstraps_to_compute()))
+    context.bootstrap_observations = np.array([ref.segments[b].observation(boot_index[b, u]) for b, u in cells],
+                                              first.frames.dtype).reshape((-1,) + obs_shape)
+    return context
 
 
 def fresh_from(config, target_version: int, swept_round: int) -> int | None:

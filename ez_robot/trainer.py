@@ -123,7 +123,7 @@ class _Run:
             ref, context = sample_batch(self.replay, self.config, self.counters.train_steps, self.spec.action,
                                         self.rng, target_version=self.learner.versions["target"])
         with self.stopwatch("reanalyze"):
-            targets = reanalyze(context, ref.segments, self.target_inference, self.search_config, self.rng,
+            targets = reanalyze(context, self.target_inference, self.search_config, self.rng,
                                 policy_ratio=t.reanalyze_policy_ratio)
         with self.stopwatch("learner"):
             metrics, priorities = self.learner.step(context, targets, ref.weights)

@@ -58,7 +58,7 @@ def batch(config, net, replay, rng, target_net=None):
                               num_actions=ACTIONS, rng=rng,
                               network_bootstrap=network_bootstraps(collected, 0, 1000, t))
     inference = TorchInference((target_net or copy.deepcopy(net)).eval())
-    targets = reanalyze(context, ref.segments, inference, searched, rng, policy_ratio=t.reanalyze_policy_ratio)
+    targets = reanalyze(context, inference, searched, rng, policy_ratio=t.reanalyze_policy_ratio)
     return ref, context, targets
 
 
@@ -260,7 +260,7 @@ def test_mixed_value_target_bootstraps_recent_data_from_the_network_and_old_data
                               lstm_horizon=searched.lstm_horizon, num_actions=ACTIONS, rng=rng,
                               network_bootstrap=network)
     inference = TorchInference(target_net)
-    targets = reanalyze(context, ref.segments, inference, searched, rng, policy_ratio=0.0)
+    targets = reanalyze(context, inference, searched, rng, policy_ratio=0.0)
     cells = context.bootstrap_index >= 0
     by_network, by_search = cells & network[:, None], cells & ~network[:, None]
     assert by_network.any() and by_search.any()

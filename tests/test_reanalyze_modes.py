@@ -31,7 +31,7 @@ def targets_for(config, replay, search_from, seed=3):
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=config.search.discount,
                               lstm_horizon=config.search.lstm_horizon, num_actions=ACTIONS, rng=rng,
                               search_from=search_from)
-    return reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, rng,
+    return reanalyze(context, ToyInference(ACTIONS), config.search, rng,
                      policy_ratio=t.reanalyze_policy_ratio)
 
 
@@ -50,6 +50,36 @@ def test_stored_results_give_the_targets_a_fresh_search_gives():
     np.testing.assert_array_equal(stored.searched_policy, fresh.searched_policy)
 
 
+def test_a_context_holds_the_bootstrap_observations_reanalyze_may_need_and_no_others():
+    # what a Ray replay ships to reanalyze instead of the sampled segments: the bootstraps
+    # without a fresh stored value, and those the network predicts (fresh or not)
+    config = load_config("gym:CartPole-v1", overrides=NO_NOISE)
+    replay, t = filled_replay(config), config.train
+    results = search_segments(replay.segments, ToyInference(ACTIONS), config.search, np.random.default_rng(9),
+                              version=400)
+    for segment_id, result in enumerate(results):
+        if segment_id % 2:
+            replay.store_search(segment_id, result)
+    rng = np.random.default_rng(3)
+    ref = replay.sample(t.batch_size, 0.4, rng)
+    by_network = np.arange(t.batch_size) % 3 == 0
+    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=rng.integers(1, t.td_steps + 1, t.batch_size),
+                              discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
+                              num_actions=ACTIONS, rng=rng, search_from=400, network_bootstrap=by_network)
+    bootstrap = context.bootstrap_index >= 0
+    held = context.bootstraps_to_compute()
+    np.testing.assert_array_equal(held, bootstrap & (~context.value_fresh | by_network[:, None]))
+    assert 0 < held.sum() < bootstrap.sum() and (held & context.value_fresh).any()
+    expected = [ref.segments[b].observation(context.bootstrap_index[b, u]) for b, u in zip(*np.nonzero(held))]
+    np.testing.assert_array_equal(context.bootstrap_observations, np.stack(expected))
+    some = held & (np.arange(t.unroll_steps + 1) % 2 == 0)
+    np.testing.assert_array_equal(context.bootstrap_observations_of(some),
+                                  [ref.segments[b].observation(context.bootstrap_index[b, u])
+                                   for b, u in zip(*np.nonzero(some))])
+    with pytest.raises(ValueError, match="does not hold"):
+        context.bootstrap_observations_of(bootstrap)
+
+
 def test_a_zero_horizon_target_is_the_search_value_of_the_position_itself():
     # EfficientZero V2's search value target (train.value_target=mixed, old data): z_{t+u} is
     # the root value of the target network's search from o_{t+u}, stored or fresh alike
@@ -64,7 +94,7 @@ def test_a_zero_horizon_target_is_the_search_value_of_the_position_itself():
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.zeros(t.batch_size, np.int64),
                               discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
                               num_actions=ACTIONS, rng=rng, search_from=400)
-    targets = reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, rng,
+    targets = reanalyze(context, ToyInference(ACTIONS), config.search, rng,
                         policy_ratio=t.reanalyze_policy_ratio)
     expected = np.zeros_like(targets.value)
     for b, (segment_id, t0) in enumerate(zip(ref.segment_ids, ref.positions)):
@@ -84,10 +114,10 @@ def test_batch_reanalyze_searches_a_zero_horizon_cell_once_for_its_value_and_pol
     context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.zeros(t.batch_size, np.int64),
                               discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
                               num_actions=ACTIONS, rng=np.random.default_rng(4))
-    once = reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, np.random.default_rng(5),
+    once = reanalyze(context, ToyInference(ACTIONS), config.search, np.random.default_rng(5),
                      policy_ratio=t.reanalyze_policy_ratio)
     context.bootstrap_self = None  # every bootstrap searched on its own, as before
-    twice = reanalyze(context, ref.segments, ToyInference(ACTIONS), config.search, np.random.default_rng(5),
+    twice = reanalyze(context, ToyInference(ACTIONS), config.search, np.random.default_rng(5),
                       policy_ratio=t.reanalyze_policy_ratio)
     bootstraps, policy_cells = (context.bootstrap_index >= 0).sum(), \
         (context.mask_policy.astype(bool) & once.searched_policy[:, None]).sum()

@@ -1,10 +1,14 @@
 """Replay sampling, priorities, IS weights and the value / value-prefix targets."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 from ez_robot.config import ConfigError, ReplayConfig, load_config
-from ez_robot.replay import ReplayBuffer, Segment
-from ez_robot.targets import dynamic_horizon, network_bootstraps, prepare_context, value_horizons
+from ez_robot.policies import ActionSpec
+from ez_robot.replay import ReplayBuffer, SampleRef, SearchResults, Segment
+from ez_robot.targets import BatchContext, dynamic_horizon, network_bootstraps, prepare_context, value_horizons
+from tests.reference_targets import loop_context
 
 A = 3
 
@@ -136,6 +140,64 @@ def test_frame_stacking_from_single_frames():
     ctx = context(seg, [1], [1], K=2)
     assert ctx.observations.shape == (1, 3, 4, 2)
     np.testing.assert_array_equal(ctx.observations[0, 2], seg.observation(3))
+
+
+def random_segment(rng, *, stack: int, spec: ActionSpec) -> Segment:
+    """Episodes that end (terminated or truncated) or go on, of 1 to 30 moves, some with a
+    stored search of version 0, 100 or 200."""
+    moves = int(rng.integers(1, 31))
+    own, end = int(rng.integers(1, moves + 1)), bool(rng.random() < 0.5)
+    frame_shape = (2, 3) if stack > 1 else (4,)
+    if spec.sampled:
+        actions = rng.uniform(-1, 1, (moves, spec.dims)).astype(np.float32)
+        candidates = lambda: rng.uniform(-1, 1, (moves, 4, spec.dims)).astype(np.float32)  # noqa: E731
+        width = 4
+    else:
+        actions, candidates, width = rng.integers(spec.num_actions, size=moves), lambda: None, spec.num_actions
+    segment = Segment(frames=rng.normal(size=(stack + moves,) + frame_shape).astype(np.float32), actions=actions,
+                      rewards=rng.normal(size=moves).astype(np.float32),
+                      root_values=rng.normal(size=moves + 1).astype(np.float32),
+                      policies=rng.dirichlet(np.ones(width), moves).astype(np.float32),
+                      collected_at=np.zeros(own, np.int64), num_own=own, frame_stack=stack, episode_end=end,
+                      terminated=end and bool(rng.random() < 0.5), candidates=candidates())
+    if rng.random() < 0.7:
+        segment.search = SearchResults(values=rng.normal(size=moves + 1).astype(np.float32),
+                                       policies=rng.dirichlet(np.ones(width), moves).astype(np.float32),
+                                       version=100 * int(rng.integers(0, 3)), candidates=candidates())
+    return segment
+
+
+@pytest.mark.parametrize("stack", [1, 3])
+@pytest.mark.parametrize("mode", ["joint", "gaussian"])
+def test_the_batched_targets_are_the_cell_by_cell_definition(stack, mode):
+    # prepare_context computes a batch's targets on whole [B, K + 1] arrays; the reference
+    # walks each sample and unroll step as the definitions read.  Every case at once: episode
+    # ends inside the unroll and the tail (terminated: absorbing; truncated: masked), l = 0..5,
+    # stale and fresh stored searches, the network's bootstraps, LSTM restarts inside the unroll
+    rng = np.random.default_rng(stack + (mode == "gaussian") * 10)
+    spec = ActionSpec(mode, num_actions=A) if mode == "joint" else ActionSpec(mode, dims=2)
+    segments = [random_segment(rng, stack=stack, spec=spec) for _ in range(60)]
+    picks = rng.integers(len(segments), size=256)
+    ref = SampleRef([segments[i] for i in picks], picks.astype(np.int64),
+                    np.array([rng.integers(segments[i].num_own) for i in picks], np.int64), np.ones(256, np.float32))
+    for lstm_horizon in (5, 2):
+        settings = dict(unroll_steps=5, horizons=rng.integers(0, 6, 256), discount=0.97, lstm_horizon=lstm_horizon,
+                        num_actions=spec, search_from=100, network_bootstrap=rng.random(256) < 0.3)
+        got = prepare_context(ref, rng=np.random.default_rng(1), **settings)
+        want = loop_context(ref, rng=np.random.default_rng(1), **settings)
+        for field in dataclasses.fields(BatchContext):
+            if field.name != "bootstrap_observations":
+                a, b = getattr(got, field.name), getattr(want, field.name)
+                if b is None:
+                    assert a is None, field.name
+                elif field.name in ("value_prefix_targets", "value_partial"):  # sums in another order
+                    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=field.name)
+                else:
+                    np.testing.assert_array_equal(a, b, err_msg=field.name)
+        boots = want.bootstrap_index >= 0
+        assert (want.mask_value == 0).any() and ((want.mask_value == 1) & ~boots).any()  # truncated; absorbing
+        assert (want.value_fresh & boots).any() and (~want.value_fresh & boots).any()
+        assert (want.mask_policy == 0).any() and want.bootstrap_self.any()
 
 
 def test_sampling_probabilities_and_weights():
