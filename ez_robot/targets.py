@@ -26,8 +26,8 @@ from ez_robot.policies import ActionSpec
 from ez_robot.replay import ReplayBuffer, SampleRef
 from ez_robot.schedules import priority_beta, total_train_steps
 
-__all__ = ["dynamic_horizon", "value_horizons", "network_bootstraps", "BatchContext", "prepare_context", "fresh_from",
-           "sample_batch"]
+__all__ = ["dynamic_horizon", "value_horizons", "network_bootstraps", "BatchContext", "blank_context", "prepare_context",
+           "fresh_from", "sample_batch"]
 
 
 def dynamic_horizon(collected_at: np.ndarray, train_step: int, total_train_steps: int, td_steps: int,
@@ -137,23 +137,10 @@ class BatchContext:
         return np.take(self.bootstrap_observations, slot[cells.ravel()], axis=0, out=out)
 
 
-def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
-                    lstm_horizon: int, num_actions: "int | ActionSpec", rng: np.random.Generator,
-                    search_from: int | None = None, network_bootstrap: np.ndarray | None = None) -> BatchContext:
-    """Gathers observations, actions and the reward parts of every target.
-
-    ``num_actions``: A, or the run's :class:`ez_robot.policies.ActionSpec` (the sampled
-    modes store action vectors and policies over candidates).
-
-    ``horizons`` [B] is l per sample (``value_horizons``); l = 0: z is the bootstrap itself.
-    ``network_bootstrap`` [B] bool: samples that bootstrap from the network's value
-    prediction instead of a search (``network_bootstraps``; ``None``: none).
-    ``search_from``: stored search results (:class:`ez_robot.replay.SearchResults`) made
-    by a target network of this version or later are fresh enough to use; ``None`` uses
-    none (the paper's batch reanalyze searches everything)."""
-    spec = num_actions if isinstance(num_actions, ActionSpec) else ActionSpec("joint", num_actions=num_actions)
+def blank_context(ref: SampleRef, unroll_steps: int, spec: ActionSpec, rng: np.random.Generator) -> BatchContext:
+    """A batch context with nothing filled in: every mask 0, no bootstrap, uniform policies,
+    and random actions (what the unroll takes past the end of an episode)."""
     batch, K = len(ref.positions), unroll_steps
-    horizons = np.asarray(horizons, np.int64)
     first = ref.segments[0]
     obs_shape = first.observation(0).shape
     observations = np.empty((batch, K + 1) + obs_shape, first.frames.dtype)
@@ -180,6 +167,30 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
     searched_policies = np.zeros((batch, K + 1, num_policy), np.float32)
     policy_fresh = np.zeros((batch, K + 1), bool)
     bootstrap_self = np.zeros((batch, K + 1), bool)
+    return BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
+                        policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
+                        searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self,
+                        np.zeros((batch, K + 1), bool))
+
+
+def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
+                    lstm_horizon: int, num_actions: "int | ActionSpec", rng: np.random.Generator,
+                    search_from: int | None = None, network_bootstrap: np.ndarray | None = None) -> BatchContext:
+    """Gathers observations, actions and the reward parts of every target.
+
+    ``num_actions``: A, or the run's :class:`ez_robot.policies.ActionSpec` (the sampled
+    modes store action vectors and policies over candidates).
+
+    ``horizons`` [B] is l per sample (``value_horizons``); l = 0: z is the bootstrap itself.
+    ``network_bootstrap`` [B] bool: samples that bootstrap from the network's value
+    prediction instead of a search (``network_bootstraps``; ``None``: none).
+    ``search_from``: stored search results (:class:`ez_robot.replay.SearchResults`) made
+    by a target network of this version or later are fresh enough to use; ``None`` uses
+    none (the paper's batch reanalyze searches everything)."""
+    spec = num_actions if isinstance(num_actions, ActionSpec) else ActionSpec("joint", num_actions=num_actions)
+    batch, K = len(ref.positions), unroll_steps
+    horizons = np.asarray(horizons, np.int64)
+    c = blank_context(ref, K, spec, rng)
     # each sample's moves t .. t + K + l_max, copied into windows (zero past its data); the
     # targets are then computed for the whole batch at once
     l_max = int(horizons.max()) if batch else 0
@@ -197,66 +208,62 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
         win_rewards[b, :n_moves] = segment.rewards[t:t + n_moves]
         win_values[b, :n_obs] = segment.root_values[t:t + n_obs]
         n = min(K + 1, moves - t)  # unroll positions with a move
-        policies[b, :n] = segment.policies[t:t + n]
-        actions[b, :min(K, n)] = segment.actions[t:t + min(K, n)]
+        c.stored_policies[b, :n] = segment.policies[t:t + n]
+        c.actions[b, :min(K, n)] = segment.actions[t:t + min(K, n)]
         if spec.sampled:
-            stored_candidates[b, :n] = segment.candidates[t:t + n]
+            c.stored_candidates[b, :n] = segment.candidates[t:t + n]
         search = segment.search if search_from is not None and segment.search is not None \
             and segment.search.version >= search_from else None
         if search is not None:
             has_search[b] = True
             win_searched[b, :n_obs] = search.values[t:t + n_obs]
-            searched_policies[b, :n] = search.policies[t:t + n]
+            c.searched_policies[b, :n] = search.policies[t:t + n]
             if spec.sampled:
-                searched_candidates[b, :n] = search.candidates[t:t + n]
+                c.searched_candidates[b, :n] = search.candidates[t:t + n]
         stack = segment.frame_stack  # o_{t+u}; past the data, the last one (masked)
         if stack == 1:
             n_seen = min(K + 1, moves + 1 - t)
-            observations[b, :n_seen] = segment.frames[t:t + n_seen]
-            observations[b, n_seen:] = segment.frames[moves]
+            c.observations[b, :n_seen] = segment.frames[t:t + n_seen]
+            c.observations[b, n_seen:] = segment.frames[moves]
         else:
             for u in range(K + 1):
-                observations[b, u] = segment.observation(min(t + u, moves))
+                c.observations[b, u] = segment.observation(min(t + u, moves))
 
     u = np.arange(K + 1)[None, :]  # [1, K + 1]
     left_, ended = left[:, None], terminated[:, None]
-    mask_policy[:] = u < left_
-    policy_fresh[:] = (u < left_) & has_search[:, None]
+    c.mask_policy[:] = u < left_
+    c.policy_fresh[:] = (u < left_) & has_search[:, None]
     # value prefix after action u: the rewards since the LSTM's last restart (every
     # lstm_horizon steps), up to the data's end (the windows are zero past it)
     sums = np.concatenate([np.zeros((batch, 1), np.float32), np.cumsum(win_rewards[:, :K], axis=1)], axis=1)
     steps = np.arange(K)
     restart = (steps // lstm_horizon) * lstm_horizon
-    vp_targets[:] = sums[:, steps + 1] - sums[:, restart]
-    mask_vp[:] = (steps[None, :] < left_) | ended
-    mask_consistency[:] = steps[None, :] + 1 <= left_
+    c.value_prefix_targets[:] = sums[:, steps + 1] - sums[:, restart]
+    c.mask_value_prefix[:] = (steps[None, :] < left_) | ended
+    c.mask_consistency[:] = steps[None, :] + 1 <= left_
     # value targets: the tail covers l moves unless the episode's data ends first
     within = u <= left_  # o_{t+u} exists
-    mask_value[:] = within | ended  # past a termination the state is absorbing: z = 0
+    c.mask_value[:] = within | ended  # past a termination the state is absorbing: z = 0
     horizon = np.where(within, np.minimum(horizons[:, None], left_ - u), 0)
     powers = discount ** np.arange(l_max + 1)
     tail = np.zeros((batch, K + 1))
     for i in range(l_max):
         tail += np.where(i < horizon, powers[i] * win_rewards[:, u[0] + i], 0.0)
-    partial[:] = np.where(within, tail, 0.0)
+    c.value_partial[:] = np.where(within, tail, 0.0)
     boots = within & ~(ended & (u + horizon == left_))
     rows = np.arange(batch)[:, None]
-    boot_index[:] = np.where(boots, ref.positions[:, None] + u + horizon, -1)
-    boot_discount[:] = np.where(boots, powers[horizon], 0.0)
-    bootstrap_self[:] = boots & (horizon == 0)
-    stored_values[:] = np.where(boots, win_values[rows, u + horizon], 0.0)
-    value_fresh[:] = boots & has_search[:, None]
-    searched_values[:] = np.where(value_fresh, win_searched[rows, u + horizon], 0.0)
-    by_network = np.zeros((batch, K + 1), bool) if network_bootstrap is None \
-        else (boot_index >= 0) & np.asarray(network_bootstrap, bool)[:, None]
-    context = BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
-                           policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
-                           searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self,
-                           by_network)
-    cells = zip(*np.nonzero(context.bootstraps_to_compute()))
-    context.bootstrap_observations = np.array([ref.segments[b].observation(boot_index[b, u]) for b, u in cells],
-                                              first.frames.dtype).reshape((-1,) + obs_shape)
-    return context
+    c.bootstrap_index[:] = np.where(boots, ref.positions[:, None] + u + horizon, -1)
+    c.bootstrap_discount[:] = np.where(boots, powers[horizon], 0.0)
+    c.bootstrap_self[:] = boots & (horizon == 0)
+    c.stored_bootstrap_values[:] = np.where(boots, win_values[rows, u + horizon], 0.0)
+    c.value_fresh[:] = boots & has_search[:, None]
+    c.searched_values[:] = np.where(c.value_fresh, win_searched[rows, u + horizon], 0.0)
+    if network_bootstrap is not None:
+        c.network_bootstrap[:] = boots & np.asarray(network_bootstrap, bool)[:, None]
+    cells = zip(*np.nonzero(c.bootstraps_to_compute()))
+    c.bootstrap_observations = np.array([ref.segments[b].observation(c.bootstrap_index[b, u]) for b, u in cells],
+                                        c.observations.dtype).reshape((-1,) + c.observations.shape[2:])
+    return c
 
 
 def fresh_from(config, target_version: int, swept_round: int) -> int | None:

@@ -3,46 +3,27 @@ definitions (the paper's eq. 4 and the masks of :mod:`ez_robot.targets`): the or
 batched :func:`ez_robot.targets.prepare_context` must match."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ez_robot.policies import ActionSpec
 from ez_robot.replay import SampleRef
-from ez_robot.targets import BatchContext
+from ez_robot.targets import BatchContext, blank_context
 
 
 def loop_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
                  lstm_horizon: int, num_actions: "int | ActionSpec", rng: np.random.Generator,
                  search_from: int | None = None, network_bootstrap: np.ndarray | None = None) -> BatchContext:
     """:func:`ez_robot.targets.prepare_context` without the bootstrap observations, one
-    cell at a time."""
+    cell at a time (into the same :func:`ez_robot.targets.blank_context`)."""
     spec = num_actions if isinstance(num_actions, ActionSpec) else ActionSpec("joint", num_actions=num_actions)
-    batch, K = len(ref.positions), unroll_steps
-    first = ref.segments[0]
-    obs_shape = first.observation(0).shape
-    observations = np.empty((batch, K + 1) + obs_shape, first.frames.dtype)
-    num_policy = first.policies.shape[1]  # A, or the candidates per search C
-    if spec.sampled:
-        actions = rng.uniform(-1.0, 1.0, size=(batch, K, spec.dims)).astype(np.float32)
-        stored_candidates = np.zeros((batch, K + 1) + first.candidates.shape[1:], np.float32)
-        searched_candidates = np.zeros_like(stored_candidates)
-    else:
-        actions = rng.integers(spec.num_actions, size=(batch, K)).astype(np.int64)
-        stored_candidates = searched_candidates = None
-    vp_targets = np.zeros((batch, K), np.float32)
-    partial = np.zeros((batch, K + 1), np.float32)
-    boot_discount = np.zeros((batch, K + 1), np.float32)
-    boot_index = np.full((batch, K + 1), -1, np.int64)
-    stored_values = np.zeros((batch, K + 1), np.float32)
-    policies = np.full((batch, K + 1, num_policy), 1.0 / num_policy, np.float32)
-    mask_policy = np.zeros((batch, K + 1), np.float32)
-    mask_value = np.zeros((batch, K + 1), np.float32)
-    mask_vp = np.zeros((batch, K), np.float32)
-    mask_consistency = np.zeros((batch, K), np.float32)
-    searched_values = np.zeros((batch, K + 1), np.float32)
-    value_fresh = np.zeros((batch, K + 1), bool)
-    searched_policies = np.zeros((batch, K + 1, num_policy), np.float32)
-    policy_fresh = np.zeros((batch, K + 1), bool)
-    bootstrap_self = np.zeros((batch, K + 1), bool)
+    K = unroll_steps
+    context = blank_context(ref, K, spec, rng)  # its arrays, filled in place below
+    (observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values, policies, mask_policy,
+     mask_value, mask_vp, mask_consistency, searched_values, value_fresh, searched_policies, policy_fresh,
+     stored_candidates, searched_candidates, bootstrap_self) = (
+        getattr(context, f.name) for f in dataclasses.fields(BatchContext)[:19])
     powers = discount ** np.arange(int(horizons.max()) + 1)
 
     for b, (segment, t, l) in enumerate(zip(ref.segments, ref.positions, horizons)):
@@ -83,9 +64,6 @@ def loop_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, dis
                 stored_values[b, u] = segment.root_values[pos + horizon]
                 if search is not None:
                     searched_values[b, u], value_fresh[b, u] = search.values[pos + horizon], True
-    by_network = np.zeros((batch, K + 1), bool) if network_bootstrap is None \
-        else (boot_index >= 0) & np.asarray(network_bootstrap, bool)[:, None]
-    return BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
-                        policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
-                        searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self,
-                        by_network)
+    if network_bootstrap is not None:
+        context.network_bootstrap[:] = (boot_index >= 0) & np.asarray(network_bootstrap, bool)[:, None]
+    return context
