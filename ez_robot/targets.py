@@ -193,7 +193,7 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
     c = blank_context(ref, K, spec, rng)
     # each sample's moves t .. t + K + l_max, copied into windows (zero past its data); the
     # targets are then computed for the whole batch at once
-    l_max = int(horizons.max()) if batch else 0
+    l_max = int(horizons.max())
     width = K + 1 + l_max
     win_rewards = np.zeros((batch, width), np.float32)
     win_values = np.zeros((batch, width), np.float32)
