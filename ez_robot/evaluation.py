@@ -240,7 +240,7 @@ def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int 
     episodes = episodes or config.train.eval_episodes
     if video < 0:
         raise ConfigError(f"the number of videos must be >= 0, got {video}")
-    tmp = run.run_dir / "eval.json.tmp"
+    tmp = run.run_dir / f".eval.json.{os.getpid()}.tmp"  # one per process: two evaluations never share one
     try:  # before the episodes, not after them
         open(tmp, "w").close()
     except OSError as error:

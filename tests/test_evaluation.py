@@ -1,5 +1,6 @@
 """ez-robot eval and report: on a tiny trained run, through the command line as a user runs it."""
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -155,7 +156,7 @@ def test_bad_run_directories_are_clear_errors(tmp_path, tiny_run, setup, message
         torch.save({"format": 2, "payload": Exploit()}, run / "checkpoints" / "latest.pt")
     if setup == "unwritable":  # as root no permission stops a write: a directory in the way does
         shutil.copytree(tiny_run, run, dirs_exist_ok=True)
-        (run / "eval.json.tmp").mkdir()
+        (run / f".eval.json.{os.getpid()}.tmp").mkdir()  # the evaluation runs in this process
     if setup == "old_format":
         state = torch.load(tiny_run / "checkpoints" / "latest.pt", weights_only=False)
         state["format"] = 0
