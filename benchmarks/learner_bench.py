@@ -147,10 +147,10 @@ def main():
                 copies = []
                 for _ in range(5):
                     start = time.perf_counter()
-                    torch.as_tensor(context.observations, device=device)
+                    torch.as_tensor(context.frames, device=device)
                     torch.cuda.synchronize()
                     copies.append(time.perf_counter() - start)
-                print(f"host-to-device copy of the observations ({context.observations.nbytes / 1e6:.0f} MB, "
+                print(f"host-to-device copy of the frames ({context.frames.nbytes / 1e6:.0f} MB, "
                       f"pageable): {1000 * float(np.median(copies)):.1f} ms")
             if len(times) < len(args.threads):
                 continue

@@ -87,7 +87,10 @@ class Learner:
                                      "(a search or a stored value returned NaN/inf)")
         K, S = t.unroll_steps, net.value_support
         net.train()
-        obs = torch.as_tensor(context.observations, device=dev)
+        obs = torch.as_tensor(context.frames, device=dev)  # stacked on the device: Atari copies 9 frames, not 24
+        if context.frame_stack > 1:  # [B, K + S, C, ...] -> [B, K + 1, S * C, ...]: o_{t+u} is frames u .. u + S - 1
+            windows = obs.unfold(1, context.frame_stack, 1).movedim(-1, 2)
+            obs = windows.reshape(windows.shape[:2] + (-1,) + windows.shape[4:])
         batch = obs.shape[0]
         flat = self._observations(obs.reshape((-1,) + obs.shape[2:]))
         if net.normalizer is not None:  # running statistics of the states trained on

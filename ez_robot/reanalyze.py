@@ -53,7 +53,7 @@ class Targets:
 def reanalyze(context: BatchContext, inference: TorchInference, search_config: SearchConfig,
               rng: np.random.Generator, *, policy_ratio: float,
               max_search_batch: int = 1024) -> Targets:
-    batch = context.observations.shape[0]
+    batch = context.frames.shape[0]
     bootstrap = context.bootstrap_index >= 0  # [B, K + 1]
     policy_rows = rng.random(batch) < policy_ratio
     policy_cells = context.mask_policy.astype(bool) & policy_rows[:, None]
@@ -83,10 +83,9 @@ def reanalyze(context: BatchContext, inference: TorchInference, search_config: S
     shared = value_cells & policy_cells & own
     value_only = value_cells & ~shared
     num_value_roots, obs_shape = int(value_only.sum()), context.observations.shape[2:]
-    roots = np.empty((num_value_roots + int(policy_cells.sum()),) + obs_shape, context.observations.dtype)
+    roots = np.empty((num_value_roots + int(policy_cells.sum()),) + obs_shape, context.frames.dtype)
     context.bootstrap_observations_of(value_only, out=roots[:num_value_roots])  # copied once, into place
-    np.take(context.observations.reshape((-1,) + obs_shape), np.flatnonzero(policy_cells), axis=0,
-            out=roots[num_value_roots:])
+    roots[num_value_roots:] = context.observations[policy_cells]  # stacked from the frames of these cells alone
     if len(roots):
         out = run_search(inference, roots, search_config.replace(temperature=1.0), rng, max_batch=max_search_batch)
         values[value_only] = out.root_values[:num_value_roots]

@@ -71,8 +71,11 @@ def network_bootstraps(collected_at: np.ndarray, train_step: int, total_train_st
 class BatchContext:
     """Everything a batch needs except the searches.  B samples, K unroll steps."""
 
-    observations: np.ndarray
-    """[B, K + 1, *obs_shape] o_{t+u} (past the data: the last observation, masked)."""
+    frames: np.ndarray
+    """[B, K + S, *frame_shape] the frames of o_t .. o_{t+K} (S = ``frame_stack``): o_{t+u}
+    is frames u .. u + S - 1 stacked on axis 0 (:attr:`observations`), so a stacked batch is
+    gathered, shipped and copied to a device at 1 / S of its observations' bytes plus
+    S - 1 frames.  Past the data the segment's last frame repeats (those cells are masked)."""
     actions: np.ndarray
     """[B, K] int64 a_{t+u} (past the episode: random, masked); sampled modes: [B, K, D]
     float32 action vectors."""
@@ -120,6 +123,17 @@ class BatchContext:
     bootstrap_observations: "np.ndarray | None" = None
     """[N, *obs_shape] o_{t+u+l} of the N cells of :meth:`bootstraps_to_compute`, in
     row-major order: reanalyze needs no segment (a Ray replay ships one array)."""
+    frame_stack: int = 1
+    """S, the frames per observation."""
+
+    @property
+    def observations(self) -> np.ndarray:
+        """[B, K + 1, S * C, *rest] o_{t+u}: a read-only view of :attr:`frames`, no copy."""
+        if self.frame_stack == 1:
+            return self.frames
+        windows = np.lib.stride_tricks.sliding_window_view(self.frames, self.frame_stack, axis=1)
+        stacked = np.moveaxis(windows, -1, 2)  # [B, K + 1, S, C, *rest]: the S frames of each lie in a row
+        return stacked.reshape(stacked.shape[:2] + (-1,) + stacked.shape[4:])
 
     def bootstraps_to_compute(self) -> np.ndarray:
         """[B, K + 1] bool the bootstraps reanalyze may search or predict: those without a
@@ -142,8 +156,7 @@ def blank_context(ref: SampleRef, unroll_steps: int, spec: ActionSpec, rng: np.r
     and random actions (what the unroll takes past the end of an episode)."""
     batch, K = len(ref.positions), unroll_steps
     first = ref.segments[0]
-    obs_shape = first.observation(0).shape
-    observations = np.empty((batch, K + 1) + obs_shape, first.frames.dtype)
+    frames = np.empty((batch, K + first.frame_stack) + first.frames.shape[1:], first.frames.dtype)
     num_policy = first.policies.shape[1]  # A, or the candidates per search C
     if spec.sampled:
         actions = rng.uniform(-1.0, 1.0, size=(batch, K, spec.dims)).astype(np.float32)
@@ -167,10 +180,10 @@ def blank_context(ref: SampleRef, unroll_steps: int, spec: ActionSpec, rng: np.r
     searched_policies = np.zeros((batch, K + 1, num_policy), np.float32)
     policy_fresh = np.zeros((batch, K + 1), bool)
     bootstrap_self = np.zeros((batch, K + 1), bool)
-    return BatchContext(observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
+    return BatchContext(frames, actions, vp_targets, partial, boot_discount, boot_index, stored_values,
                         policies, mask_policy, mask_value, mask_vp, mask_consistency, searched_values, value_fresh,
                         searched_policies, policy_fresh, stored_candidates, searched_candidates, bootstrap_self,
-                        np.zeros((batch, K + 1), bool))
+                        np.zeros((batch, K + 1), bool), frame_stack=first.frame_stack)
 
 
 def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
@@ -220,14 +233,9 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
             c.searched_policies[b, :n] = search.policies[t:t + n]
             if spec.sampled:
                 c.searched_candidates[b, :n] = search.candidates[t:t + n]
-        stack = segment.frame_stack  # o_{t+u}; past the data, the last one (masked)
-        if stack == 1:
-            n_seen = min(K + 1, moves + 1 - t)
-            c.observations[b, :n_seen] = segment.frames[t:t + n_seen]
-            c.observations[b, n_seen:] = segment.frames[moves]
-        else:
-            for u in range(K + 1):
-                c.observations[b, u] = segment.observation(min(t + u, moves))
+        n_frames = min(K + segment.frame_stack, len(segment.frames) - t)  # those of o_t .. o_{t+K}
+        c.frames[b, :n_frames] = segment.frames[t:t + n_frames]
+        c.frames[b, n_frames:] = segment.frames[-1]
 
     u = np.arange(K + 1)[None, :]  # [1, K + 1]
     left_, ended = left[:, None], terminated[:, None]
@@ -262,7 +270,7 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
         c.network_bootstrap[:] = boots & np.asarray(network_bootstrap, bool)[:, None]
     cells = zip(*np.nonzero(c.bootstraps_to_compute()))
     c.bootstrap_observations = np.array([ref.segments[b].observation(c.bootstrap_index[b, u]) for b, u in cells],
-                                        c.observations.dtype).reshape((-1,) + c.observations.shape[2:])
+                                        c.frames.dtype).reshape((-1,) + c.observations.shape[2:])
     return c
 
 

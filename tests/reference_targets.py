@@ -20,7 +20,7 @@ def loop_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, dis
     spec = num_actions if isinstance(num_actions, ActionSpec) else ActionSpec("joint", num_actions=num_actions)
     K = unroll_steps
     context = blank_context(ref, K, spec, rng)  # its arrays, filled in place below
-    (observations, actions, vp_targets, partial, boot_discount, boot_index, stored_values, policies, mask_policy,
+    (frames, actions, vp_targets, partial, boot_discount, boot_index, stored_values, policies, mask_policy,
      mask_value, mask_vp, mask_consistency, searched_values, value_fresh, searched_policies, policy_fresh,
      stored_candidates, searched_candidates, bootstrap_self) = (
         getattr(context, f.name) for f in dataclasses.fields(BatchContext)[:19])
@@ -31,9 +31,10 @@ def loop_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, dis
         rewards, terminated = segment.rewards, segment.terminated
         search = segment.search if search_from is not None and segment.search is not None \
             and segment.search.version >= search_from else None
+        for j in range(K + segment.frame_stack):  # the frames of o_t .. o_{t+K}; past the data, the last
+            frames[b, j] = segment.frames[min(t + j, len(segment.frames) - 1)]
         for u in range(K + 1):
             pos = t + u
-            observations[b, u] = segment.observation(min(pos, moves))
             if pos < moves:
                 mask_policy[b, u] = 1.0
                 policies[b, u] = segment.policies[pos]

@@ -1,5 +1,6 @@
 """The learner, reanalyze and the ablation switches on small hand-made data."""
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -288,6 +289,27 @@ def test_non_finite_loss_stops_before_the_weights_change():
     for name, value in net.state_dict().items():
         if "running" not in name and "num_batches" not in name:  # BN statistics move in any forward pass
             assert torch.equal(value, before[name]), name
+
+
+def test_the_learner_stacks_the_frames_of_a_context_as_the_segments_do():
+    # a stacked batch travels as frames and is stacked on the learner's device: every
+    # observation the step trains on (within the data) is the segment's own observation
+    stack, config = 3, small_config()
+    rng = np.random.default_rng(0)
+    net = make_network((stack * STATES,), ACTIONS, config.model, value_prefix=config.train.value_prefix)
+    replay = ReplayBuffer(config.replay)
+    for _ in range(10):
+        frames = rng.normal(size=(stack + EPISODE, STATES)).astype(np.float32)
+        replay.add(dataclasses.replace(mdp_segment(rng), frames=frames, frame_stack=stack))
+    ref, context, targets = batch(config, net, replay, rng)
+    learner, seen = Learner(net, config, 100, torch.device("cpu")), []
+    learner._observations = lambda obs: seen.append(obs.clone()) or obs
+    learner.step(context, targets, ref.weights)
+    trained = seen[0].reshape(context.observations.shape).numpy()
+    np.testing.assert_array_equal(trained, context.observations)
+    for b, (segment, t) in enumerate(zip(ref.segments, ref.positions)):
+        for u in range(min(config.train.unroll_steps + 1, segment.num_moves + 1 - t)):
+            np.testing.assert_array_equal(trained[b, u], segment.observation(t + u))
 
 
 def test_augment_shifts_and_keeps_dtype():

@@ -194,6 +194,9 @@ def test_the_batched_targets_are_the_cell_by_cell_definition(stack, mode):
                     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=field.name)
                 else:
                     np.testing.assert_array_equal(a, b, err_msg=field.name)
+        for b, (segment, t) in enumerate(zip(ref.segments, ref.positions)):  # the stacked view, within the data
+            for u in range(min(6, segment.num_moves + 1 - t)):
+                np.testing.assert_array_equal(got.observations[b, u], segment.observation(t + u))
         boots = want.bootstrap_index >= 0
         assert (want.mask_value == 0).any() and ((want.mask_value == 1) & ~boots).any()  # truncated; absorbing
         assert (want.value_fresh & boots).any() and (~want.value_fresh & boots).any()
