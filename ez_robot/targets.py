@@ -74,8 +74,8 @@ class BatchContext:
     frames: np.ndarray
     """[B, K + S, *frame_shape] the frames of o_t .. o_{t+K} (S = ``frame_stack``): o_{t+u}
     is frames u .. u + S - 1 stacked on axis 0 (:attr:`observations`), so a stacked batch is
-    gathered, shipped and copied to a device at 1 / S of its observations' bytes plus
-    S - 1 frames.  Past the data the segment's last frame repeats (those cells are masked)."""
+    gathered, shipped and copied to a device as K + S frames a sample, not S (K + 1).  Past
+    the data the segment's last frame repeats (those cells are masked)."""
     actions: np.ndarray
     """[B, K] int64 a_{t+u} (past the episode: random, masked); sampled modes: [B, K, D]
     float32 action vectors."""
