@@ -152,7 +152,7 @@ class TrainingSession:
             log(f"resuming {self.run_dir} ({'single-process' if self.workers == 0 else 'Ray'} trainer) at "
                 f"{c['agent_steps']} agent steps and {c['train_steps']} training steps (budget "
                 f"{config.agent_steps_budget} agent steps)")
-        for caution in config.cautions:
+        for caution in config.cautions + _device_cautions(config, self.options["device"]):
             log(f"caution: {caution}")
         summary = run_training(config, self.run_dir, **self.options)
         last = summary["last_eval"]
@@ -162,6 +162,17 @@ class TrainingSession:
         log(f"done: {summary['agent_steps']} agent steps, {summary['train_steps']} training steps, "
             f"{summary['wall_seconds']:.0f} s; {line}")
         return summary
+
+
+def _device_cautions(config, device) -> list[str]:
+    """What the device means for a run's length, said before it starts."""
+    from ez_robot.device import resolve_device
+
+    if config.env.obs != "pixels" or resolve_device(device).type != "cpu":
+        return []
+    return ["training from pixels on a CPU: one training step of the pixel ResNet at the paper's batch of 256 "
+            "takes ~20-30 s on one core (benchmarks/README.md), so a 100k run takes days to weeks. Train on a "
+            "GPU (--device auto finds one), or from states where the task has them (--obs state)"]
 
 
 def _yaml(value: Any) -> str:

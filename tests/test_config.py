@@ -251,3 +251,21 @@ def test_a_negative_reward_offset_with_the_papers_unvisited_q_is_named_before_tr
     assert len(named) == caution and named == [f"caution: {text}" for text in session.config.cautions]
     if caution:
         assert "breadth-first" in named[0] and "search.root_unvisited_q=mean" in named[0]
+
+
+@pytest.mark.parametrize("obs, cuda, caution", [("pixels", False, True), ("pixels", True, False),
+                                                ("state", False, False)])
+def test_training_from_pixels_on_a_cpu_is_named_before_it_starts(monkeypatch, tmp_path, obs, cuda, caution):
+    """A pixel run on a CPU takes days (~20-30 s a training step); the user hears it first."""
+    from ez_robot.api import TrainingSession
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: cuda)
+    session = TrainingSession.prepare("cartpole_swingup", obs=obs, budget="100k", workers=0, run_dir=tmp_path / "run")
+    summary = {"last_eval": {}, "agent_steps": 0, "train_steps": 0, "wall_seconds": 0.0}
+    monkeypatch.setattr("ez_robot.trainer.train", lambda config, run_dir, **options: summary)
+    lines = []
+    session.run(lines.append)
+    named = [line for line in lines if "from pixels on a CPU" in line]
+    assert len(named) == caution
+    if caution:
+        assert named[0].startswith("caution:") and "--device auto" in named[0]
