@@ -128,7 +128,7 @@ class BatchContext:
 
     @property
     def observations(self) -> np.ndarray:
-        """[B, K + 1, S * C, *rest] o_{t+u}: a read-only view of :attr:`frames`, no copy."""
+        """[B, K + 1, S * C, *rest] o_{t+u}: a view of :attr:`frames` (read-only for S > 1), no copy."""
         if self.frame_stack == 1:
             return self.frames
         windows = np.lib.stride_tricks.sliding_window_view(self.frames, self.frame_stack, axis=1)
