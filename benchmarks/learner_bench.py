@@ -144,14 +144,16 @@ def main():
                         profiles.append((f"{task} {precision} by {key}",
                                          prof.key_averages().table(sort_by=key, row_limit=15)))
             if device.type == "cuda" and precision == args.precision[0]:  # the observations' copy alone
-                copies = []
-                for _ in range(5):
-                    start = time.perf_counter()
-                    torch.as_tensor(context.frames, device=device)
-                    torch.cuda.synchronize()
-                    copies.append(time.perf_counter() - start)
-                print(f"host-to-device copy of the frames ({context.frames.nbytes / 1e6:.0f} MB, "
-                      f"pageable): {1000 * float(np.median(copies)):.1f} ms")
+                stacked = np.ascontiguousarray(context.observations)  # what the learner copied before 2026-12-05
+                for name, array in (("frames", context.frames), ("stacked observations", stacked)):
+                    copies = []
+                    for _ in range(5):
+                        start = time.perf_counter()
+                        torch.as_tensor(array, device=device)
+                        torch.cuda.synchronize()
+                        copies.append(time.perf_counter() - start)
+                    print(f"host-to-device copy of the {name} ({array.nbytes / 1e6:.0f} MB, "
+                          f"pageable): {1000 * float(np.median(copies)):.1f} ms")
             if len(times) < len(args.threads):
                 continue
             print(f"| {task} ({config.preset}) | {batch} | {precision} | {1000 * float(np.median(host)):.1f} | "
