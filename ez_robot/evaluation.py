@@ -10,8 +10,10 @@ writes ``eval.json`` and, when asked, mp4 replays.
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -225,6 +227,32 @@ def summarize(task: str, returns: list[float], successes: list[bool] | None = No
     return summary
 
 
+def _temporary_report(run_dir: Path, pid: int) -> Path:
+    """Where an evaluation writes its report before renaming it to ``eval.json``: named by
+    host and process, so evaluations of one run on several machines never share it."""
+    return run_dir / f".eval.json.{socket.gethostname()}.{pid}.tmp"
+
+
+def _remove_stale_temporaries(run_dir: Path) -> None:
+    """Removes the reports that evaluations on this host left behind when they were killed
+    (their process is gone); another host's, or a running evaluation's, stay."""
+    for path in run_dir.glob(f".eval.json.{glob.escape(socket.gethostname())}.*.tmp"):
+        pid = path.name[:-len(".tmp")].rpartition(".")[2]
+        if not pid.isdigit() or not path.is_file() or path.is_symlink():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # a running evaluation's
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError):  # alive under another user; not a pid
+            continue
+        try:
+            path.unlink()
+        except OSError:  # a read-only run: the evaluation says so when it writes its own
+            pass
+
+
 def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, checkpoint=None,
                  video: int = 0, device: str = "auto", progress: bool = True, threads: int = 1,
                  search_overrides: tuple[str, ...] | list[str] = ()) -> dict:
@@ -240,7 +268,8 @@ def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int 
     episodes = episodes or config.train.eval_episodes
     if video < 0:
         raise ConfigError(f"the number of videos must be >= 0, got {video}")
-    tmp = run.run_dir / f".eval.json.{os.getpid()}.tmp"  # one per process: two evaluations never share one
+    _remove_stale_temporaries(run.run_dir)
+    tmp = _temporary_report(run.run_dir, os.getpid())  # one per process: two evaluations never share one
     try:  # before the episodes, not after them
         open(tmp, "w").close()
     except OSError as error:

@@ -3,6 +3,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,29 @@ def test_eval_writes_eval_json(tiny_run):
     assert result["agent_steps"] == 200 and result["env_frames"] == 1600
     assert "human_normalized" not in result  # DMC has no human reference
     assert f"return {result['mean']:.2f}" in out.stdout
+
+
+def test_eval_removes_the_reports_of_killed_evaluations_on_this_host_only(tmp_path, tiny_run):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    host = socket.gethostname()
+    killed = run / f".eval.json.{host}.{_pid_of_finished()}.tmp"  # a pid no process holds any more
+    running = run / f".eval.json.{host}.{os.getpid()}.tmp"  # this test's process: alive
+    elsewhere = run / f".eval.json.{host}-other.{_pid_of_finished()}.tmp"  # another machine's
+    for path in (killed, running, elsewhere):
+        path.write_text("")
+    out = ez("eval", str(run), "--episodes", "1", "--quiet")
+    assert out.returncode == 0, out.stderr
+    assert not killed.exists()
+    assert running.exists() and elsewhere.exists()
+    assert sorted(p.name for p in run.glob(".eval.json.*")) == sorted([running.name, elsewhere.name])
+    assert json.loads((run / "eval.json").read_text())["episodes"] == 1
+
+
+def _pid_of_finished() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
 
 
 def test_eval_is_seeded(tiny_run):
@@ -156,7 +180,7 @@ def test_bad_run_directories_are_clear_errors(tmp_path, tiny_run, setup, message
         torch.save({"format": 2, "payload": Exploit()}, run / "checkpoints" / "latest.pt")
     if setup == "unwritable":  # as root no permission stops a write: a directory in the way does
         shutil.copytree(tiny_run, run, dirs_exist_ok=True)
-        (run / f".eval.json.{os.getpid()}.tmp").mkdir()  # the evaluation runs in this process
+        (run / f".eval.json.{socket.gethostname()}.{os.getpid()}.tmp").mkdir()  # the evaluation runs in this process
     if setup == "old_format":
         state = torch.load(tiny_run / "checkpoints" / "latest.pt", weights_only=False)
         state["format"] = 0
