@@ -238,7 +238,8 @@ def _remove_stale_temporaries(run_dir: Path) -> None:
     (their process is gone); another host's, or a running evaluation's, stay."""
     for path in run_dir.glob(f".eval.json.{glob.escape(socket.gethostname())}.*.tmp"):
         pid = path.name[:-len(".tmp")].rpartition(".")[2]
-        if not pid.isdigit() or not path.is_file() or path.is_symlink():
+        if not pid.isdigit() or path.name != _temporary_report(run_dir, int(pid)).name \
+                or not path.is_file() or path.is_symlink():  # "host.domain.PID" is another host's
             continue
         try:
             os.kill(int(pid), 0)

@@ -71,14 +71,15 @@ def test_eval_removes_the_reports_of_killed_evaluations_on_this_host_only(tmp_pa
     host = socket.gethostname()
     killed = run / f".eval.json.{host}.{_pid_of_finished()}.tmp"  # a pid no process holds any more
     running = run / f".eval.json.{host}.{os.getpid()}.tmp"  # this test's process: alive
-    elsewhere = run / f".eval.json.{host}-other.{_pid_of_finished()}.tmp"  # another machine's
-    for path in (killed, running, elsewhere):
+    elsewhere = run / f".eval.json.{host}-other.{_pid_of_finished()}.tmp"  # other machines'
+    longer = run / f".eval.json.{host}.lab.{_pid_of_finished()}.tmp"
+    for path in (killed, running, elsewhere, longer):
         path.write_text("")
     out = ez("eval", str(run), "--episodes", "1", "--quiet")
     assert out.returncode == 0, out.stderr
     assert not killed.exists()
-    assert running.exists() and elsewhere.exists()
-    assert sorted(p.name for p in run.glob(".eval.json.*")) == sorted([running.name, elsewhere.name])
+    assert running.exists() and elsewhere.exists() and longer.exists()
+    assert sorted(p.name for p in run.glob(".eval.json.*")) == sorted([running.name, elsewhere.name, longer.name])
     assert json.loads((run / "eval.json").read_text())["episodes"] == 1
 
 
