@@ -10,9 +10,9 @@ writes ``eval.json`` and, when asked, mp4 replays.
 from __future__ import annotations
 
 import functools
-import glob
 import json
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass
@@ -236,22 +236,24 @@ def _temporary_report(run_dir: Path, pid: int) -> Path:
 def _remove_stale_temporaries(run_dir: Path) -> None:
     """Removes the reports that evaluations on this host left behind when they were killed
     (their process is gone); another host's, or a running evaluation's, stay."""
-    for path in run_dir.glob(f".eval.json.{glob.escape(socket.gethostname())}.*.tmp"):
-        pid = path.name[:-len(".tmp")].rpartition(".")[2]
-        if not pid.isdigit() or path.name != _temporary_report(run_dir, int(pid)).name \
-                or not path.is_file() or path.is_symlink():  # "host.domain.PID" is another host's
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # a running evaluation's
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OverflowError):  # alive under another user; not a pid
-            continue
-        try:
-            path.unlink()
-        except OSError:  # a read-only run: the evaluation says so when it writes its own
-            pass
+    ours = re.compile(rf"\.eval\.json\.{re.escape(socket.gethostname())}\.(\d+)\.tmp")  # not "host.domain.PID"
+    for path in run_dir.glob(".eval.json.*.tmp"):
+        match = ours.fullmatch(path.name)
+        if match and path.is_file() and not path.is_symlink() and _process_gone(int(match[1])):
+            try:
+                path.unlink()
+            except OSError:  # a read-only run: the evaluation says so when it writes its own
+                pass
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):  # alive under another user; not a pid
+        pass
+    return False
 
 
 def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, checkpoint=None,
