@@ -240,12 +240,14 @@ def load(run_dir: str | Path, checkpoint: str | Path | None = None, device: str 
 
 def evaluate(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, video: int = 0,
              checkpoint: str | Path | None = None, device: str = "auto", progress: bool = False,
-             search_overrides=()) -> dict:
-    """Greedy-search episodes of a run (as ``ez-robot eval``); returns and writes ``eval.json``."""
+             search_overrides=(), out: str | Path | None = None) -> dict:
+    """Greedy-search episodes of a run (as ``ez-robot eval``); writes the report and returns
+    it, its file under ``"path"``: ``RUN_DIR/eval.json`` for the run as trained,
+    ``eval-<label>.json`` with search overrides or an earlier checkpoint, or ``out``."""
     from ez_robot.evaluation import evaluate_run
 
     return evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video, device=device,
-                        progress=progress, search_overrides=search_overrides)
+                        progress=progress, search_overrides=search_overrides, out=out)
 
 
 def export_bundle(run_dir: str | Path, out: str | Path | None = None, *, checkpoint: str | Path | None = None,

@@ -142,8 +142,15 @@ def _user_errors():
 @click.option("--set", "overrides", multiple=True, metavar="search.KEY=VALUE",
               help="Change a search setting for this evaluation (repeatable), e.g. "
                    "--set search.num_simulations=8; the networks and the env stay the run's.")
-def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet, overrides):
-    """Evaluate a trained run with greedy search in eval-mode envs; writes RUN_DIR/eval.json."""
+@click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
+              help="File for the report (default: RUN_DIR/eval.json, or RUN_DIR/eval-<label>.json "
+                   "with --set or an earlier --checkpoint).")
+def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet, overrides, out):
+    """Evaluate a trained run with greedy search in eval-mode envs.
+
+    Writes RUN_DIR/eval.json, the run's score that `ez-robot report` reads.  With --set, or
+    a --checkpoint other than the latest, the report goes to RUN_DIR/eval-<label>.json
+    instead (e.g. eval-num_simulations=8.json), so the run's own score stays."""
     from ez_robot.evaluation import evaluate_run
 
     if episodes is not None and episodes < 1:
@@ -152,7 +159,8 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet,
         raise click.UsageError(f"--video must be >= 0, got {video}")
     with _user_errors():
         result = evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video,
-                              device=device, progress=not quiet, threads=threads, search_overrides=overrides)
+                              device=device, progress=not quiet, threads=threads, search_overrides=overrides,
+                              out=out)
     line = (f"{result['task']}: {result['episodes']} episodes, return {result['mean']:.2f} +- {result['std']:.2f} "
             f"(min {result['min']:.2f}, max {result['max']:.2f})")
     if "human_normalized" in result:
@@ -162,7 +170,7 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet,
     click.echo(line)
     for path in result["videos"]:
         click.echo(f"video: {path}")
-    click.echo(f"wrote {Path(run_dir) / 'eval.json'}")
+    click.echo(f"wrote {result['path']}")
 
 
 @main.command()

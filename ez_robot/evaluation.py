@@ -5,7 +5,10 @@ game scores; DMC: the full time limit), every episode's decision batched into on
 search, with no root noise and temperature 0.  Training's periodic evaluation and
 ``ez-robot eval`` both call it.  :func:`evaluate_run` loads a run directory's checkpoint
 (from the single-process or the Ray trainer: they save the same format), plays, and
-writes ``eval.json`` and, when asked, mp4 replays.
+writes its report and, when asked, mp4 replays.  ``eval.json`` is the run's own score (the
+latest checkpoint, the search it trained with), which ``ez-robot report`` reads; an
+evaluation with other search settings or another checkpoint writes ``eval-<label>.json``
+beside it (:func:`report_path`), so an experiment never replaces that score.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import socket
 import time
 from dataclasses import dataclass
 from importlib import resources
+from glob import escape as glob_escape
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +28,7 @@ import yaml
 
 from ez_robot.errors import ConfigError, RunError
 
-__all__ = ["LoadedRun", "load_run", "play", "evaluate", "evaluate_run", "human_normalized",
+__all__ = ["LoadedRun", "load_run", "play", "evaluate", "evaluate_run", "report_path", "human_normalized",
            "atari_reference_scores"]
 
 
@@ -227,17 +231,34 @@ def summarize(task: str, returns: list[float], successes: list[bool] | None = No
     return summary
 
 
-def _temporary_report(run_dir: Path, pid: int) -> Path:
-    """Where an evaluation writes its report before renaming it to ``eval.json``: named by
-    host and process, so evaluations of one run on several machines never share it."""
-    return run_dir / f".eval.json.{socket.gethostname()}.{pid}.tmp"
+def report_path(run_dir: Path, search_overrides=(), checkpoint: str | None = None) -> Path:
+    """Where an evaluation's report goes by default: ``RUN_DIR/eval.json`` for the run as it
+    trained (its latest checkpoint, no ``--set``); otherwise ``eval-<label>.json``, the label
+    naming the checkpoint (``step30000``: its training steps) and each search override, e.g.
+    ``eval-step30000-num_simulations=8.json``."""
+    parts = [item.strip().removeprefix("search.") for item in search_overrides]
+    parts = [re.sub(r"[^A-Za-z0-9._=+-]", "_", part) for part in ([checkpoint] if checkpoint else []) + parts]
+    return run_dir / ("eval.json" if not parts else f"eval-{'-'.join(parts)}.json")
 
 
-def _remove_stale_temporaries(run_dir: Path) -> None:
-    """Removes the reports that evaluations on this host left behind when they were killed
-    (their process is gone); another host's, or a running evaluation's, stay."""
-    ours = re.compile(rf"\.eval\.json\.{re.escape(socket.gethostname())}\.(\d+)\.tmp")  # not "host.domain.PID"
-    for path in run_dir.glob(".eval.json.*.tmp"):
+def _is_latest(run_dir: Path, checkpoint: Path) -> bool:
+    from ez_robot.checkpoint import checkpoint_path
+
+    latest = checkpoint_path(run_dir)
+    return latest.is_file() and checkpoint.resolve() == latest.resolve()
+
+
+def _temporary_report(out: Path, pid: int) -> Path:
+    """Where an evaluation writes its report before renaming it to ``out``: named by host
+    and process, so evaluations of one run on several machines never share it."""
+    return out.parent / f".{out.name}.{socket.gethostname()}.{pid}.tmp"
+
+
+def _remove_stale_temporaries(out: Path) -> None:
+    """Removes the temporaries of ``out`` that evaluations on this host left behind when
+    they were killed (their process is gone); another host's, or a running evaluation's, stay."""
+    ours = re.compile(rf"\.{re.escape(out.name)}\.{re.escape(socket.gethostname())}\.(\d+)\.tmp")  # not "host.domain.PID"
+    for path in out.parent.glob(f".{glob_escape(out.name)}.*.tmp"):
         match = ours.fullmatch(path.name)
         if match and path.is_file() and not path.is_symlink() and _process_gone(int(match[1])):
             try:
@@ -258,9 +279,11 @@ def _process_gone(pid: int) -> bool:
 
 def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, checkpoint=None,
                  video: int = 0, device: str = "auto", progress: bool = True, threads: int = 1,
-                 search_overrides: tuple[str, ...] | list[str] = ()) -> dict:
-    """Evaluates a run's checkpoint; writes and returns ``RUN_DIR/eval.json``.
-    ``search_overrides`` (``"search.num_simulations=8"``, ...) change the search, not the run."""
+                 search_overrides: tuple[str, ...] | list[str] = (), out: str | Path | None = None) -> dict:
+    """Evaluates a run's checkpoint; writes the report to ``out`` (default:
+    :func:`report_path`, ``RUN_DIR/eval.json`` for the run as trained) and returns it, with
+    ``"path"`` naming the file.  ``search_overrides`` (``"search.num_simulations=8"``, ...)
+    change the search, not the run."""
     from ez_robot.config import with_search_overrides
     from ez_robot.device import resolve_device, set_threads
 
@@ -271,13 +294,25 @@ def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int 
     episodes = episodes or config.train.eval_episodes
     if video < 0:
         raise ConfigError(f"the number of videos must be >= 0, got {video}")
-    _remove_stale_temporaries(run.run_dir)
-    tmp = _temporary_report(run.run_dir, os.getpid())  # one per process: two evaluations never share one
+    if out is None:
+        label = None
+        if checkpoint is not None and not _is_latest(run.run_dir, run.checkpoint):
+            steps = run.counters.get("train_steps")
+            label = run.checkpoint.stem if steps is None else f"step{steps}"
+        out = report_path(run.run_dir, search_overrides, label)
+    out = Path(out)
+    if out.is_dir():
+        raise RunError(f"{out} is a directory; give the report a file name, e.g. {out / 'eval.json'}")
+    if not out.parent.is_dir():
+        raise RunError(f"cannot write {out}: no directory {out.parent}")
+    _remove_stale_temporaries(out)
+    tmp = _temporary_report(out, os.getpid())  # one per process: two evaluations never share one
     try:  # before the episodes, not after them
         open(tmp, "w").close()
     except OSError as error:
-        raise RunError(f"cannot write {run.run_dir / 'eval.json'}: {error.strerror}; evaluate a copy of the run in a "
-                       "directory you can write to") from None
+        hint = "evaluate a copy of the run in a directory you can write to" if out.parent == run.run_dir else \
+            "give --out a file in a directory you can write to"
+        raise RunError(f"cannot write {out}: {error.strerror}; {hint}") from None
     start = time.time()
     try:
         result = play(run.net, config, dev, episodes, seed, record=min(video, episodes),
@@ -293,5 +328,5 @@ def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int 
               "returns": result.returns, "lengths": result.lengths, "videos": [str(v) for v in result.videos],
               "wall_seconds": time.time() - start}
     tmp.write_text(json.dumps(report, indent=2) + "\n")
-    os.replace(tmp, run.run_dir / "eval.json")
-    return report
+    os.replace(tmp, out)
+    return {**report, "path": str(out)}

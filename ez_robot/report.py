@@ -1,7 +1,8 @@
 """Reports over run directories: learning curves (PNG) and Markdown tables.
 
 A run's final score is its ``eval.json`` (``ez-robot eval``) when there is one, else its
-last periodic evaluation from ``metrics.jsonl``.  Runs are grouped by task and, within a
+last periodic evaluation from ``metrics.jsonl`` (also when ``eval.json`` searched with
+other settings, or is older than that evaluation).  Runs are grouped by task and, within a
 task, by their settings: runs whose configs differ in anything but the seed (an ablation
 switch, an action mode, a budget, a ``--set``) form separate groups, named by the keys
 that differ.  A summary table gives each group's mean over seeds with a 95% bootstrap
@@ -115,16 +116,26 @@ def read_run(run_dir: str | Path) -> RunRecord:
             record.evals.append(entry)
         elif entry.get("kind") == "train":
             record.train.append(entry)
-    eval_json = run_dir / "eval.json"
+    eval_json, skipped = run_dir / "eval.json", ""
     if eval_json.is_file():
         try:
             result = json.loads(eval_json.read_text())
-            record.final, record.final_source = float(result["mean"]), "eval.json"
-            record.final_success = None if result.get("success_rate") is None else float(result["success_rate"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            mean = float(result["mean"])
+            success = None if result.get("success_rate") is None else float(result["success_rate"])
+            overrides, steps = result.get("search_overrides") or [], result.get("train_steps")
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             raise RunError(f"{eval_json} is not a readable evaluation result") from None
-    elif record.evals:
-        record.final, record.final_source = float(record.evals[-1]["mean"]), "last training eval"
+        last_eval_steps = record.evals[-1].get("train_steps") if record.evals else None
+        if overrides:  # written before `ez-robot eval --set` wrote eval-<label>.json
+            skipped = f"eval.json skipped: searched with {' '.join(overrides)}"
+        elif steps is not None and last_eval_steps is not None and steps < last_eval_steps:
+            skipped = f"eval.json skipped: of {steps} training steps, the run trained on"
+        else:
+            record.final, record.final_source, record.final_success = mean, "eval.json", success
+            return record
+    if record.evals:
+        record.final = float(record.evals[-1]["mean"])
+        record.final_source = "last training eval" + (f" ({skipped})" if skipped else "")
         success = record.evals[-1].get("success_rate")
         record.final_success = None if success is None else float(success)
     return record
@@ -441,7 +452,8 @@ def write_report(run_dirs, out_dir: str | Path) -> Path:
         _plot_settings(task, [(setting, members) for t, setting, members in groups if t == task], out / name)
         comparisons += [f"![{task}: settings side by side]({name})", ""]
     lines = ["# ez-robot report", "",
-             f"Final score: `eval.json` when the run has one, else its last training evaluation. "
+             f"Final score: `eval.json` when the run has one (searched as the run trained, and no older than its "
+             f"last training evaluation), else its last training evaluation. "
              f"Intervals: {CONFIDENCE:.0%} percentile bootstrap over seeds. Runs of a task whose "
              f"settings differ (the seed aside) are reported apart, named by those settings.", "",
              *summary, "", *comparisons, *sections]

@@ -418,14 +418,63 @@ def test_seeds_whose_evaluations_land_a_few_frames_apart_average_point_by_point(
     assert float(np.mean(points[0][1])) == 15.0
 
 
-def test_eval_set_changes_the_search_only(tiny_run):
+def test_eval_set_changes_the_search_only_and_keeps_the_runs_own_score(tiny_run):
     plain = ez("eval", str(tiny_run), "--episodes", "2", "--seed", "3", "--quiet")
     a = json.loads((tiny_run / "eval.json").read_text())
     same = ez("eval", str(tiny_run), "--episodes", "2", "--seed", "3", "--quiet",
               "--set", "search.num_simulations=4")  # the run's own setting: nothing changes
-    b = json.loads((tiny_run / "eval.json").read_text())
+    custom = tiny_run / "eval-num_simulations=4.json"  # an evaluation with --set is not the run's score
+    b = json.loads(custom.read_text())
     assert plain.returncode == same.returncode == 0, same.stderr
+    assert f"wrote {tiny_run / 'eval.json'}" in plain.stdout and f"wrote {custom}" in same.stdout
     assert a["returns"] == b["returns"]
     assert a["search_overrides"] == [] and b["search_overrides"] == ["search.num_simulations=4"]
+    assert json.loads((tiny_run / "eval.json").read_text()) == a
     bad = ez("eval", str(tiny_run), "--episodes", "1", "--quiet", "--set", "train.lr=0.1")
     assert bad.returncode != 0 and "search settings only" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_eval_of_an_earlier_checkpoint_or_to_a_chosen_file_leaves_eval_json_alone(tmp_path, tiny_run):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    (run / "eval.json").write_text('{"mean": 1.0}')  # the run's own score, from an earlier evaluation
+    earlier = tmp_path / "earlier.pt"  # as a user keeps a mid-run checkpoint
+    shutil.copy(run / "checkpoints" / "latest.pt", earlier)
+    out = ez("eval", str(run), "--episodes", "1", "--quiet", "--checkpoint", str(earlier))
+    assert out.returncode == 0, out.stderr
+    [report] = run.glob("eval-step*.json")
+    assert report.name == f"eval-step{json.loads(report.read_text())['train_steps']}.json"
+    chosen = tmp_path / "mine.json"
+    out = ez("eval", str(run), "--episodes", "1", "--quiet", "--set", "search.num_simulations=2", "-o", str(chosen))
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {chosen}" in out.stdout and json.loads(chosen.read_text())["search_overrides"] == [
+        "search.num_simulations=2"]
+    assert (run / "eval.json").read_text() == '{"mean": 1.0}' and not list(run.glob("eval-num_simulations=2*"))
+    assert not list(run.glob(".*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+    out = ez("eval", str(run), "--episodes", "1", "--quiet", "--checkpoint", str(run / "checkpoints" / "latest.pt"))
+    assert out.returncode == 0, out.stderr  # the latest checkpoint named: the run's own score again
+    assert json.loads((run / "eval.json").read_text())["episodes"] == 1
+    assert "no directory" in user_error("eval", run, "--quiet", "-o", tmp_path / "missing" / "x.json").stderr
+    assert "is a directory" in user_error("eval", run, "--quiet", "-o", tmp_path).stderr
+
+
+def test_report_reads_eval_json_only_as_the_run_trained_and_no_older_than_its_last_evaluation(tmp_path, tiny_run):
+    from ez_robot.report import read_run
+
+    run = _copy_run(tiny_run, tmp_path / "run", lambda c: None)  # without eval.json
+    plain = read_run(run)
+    steps = plain.evals[-1]["train_steps"]
+    assert plain.final_source == "last training eval" and plain.final != 123.0
+
+    def final_with(**report):
+        (run / "eval.json").write_text(json.dumps({"mean": 123.0, "train_steps": steps, "search_overrides": [],
+                                                   **report}))
+        record = read_run(run)
+        return record.final, record.final_source
+
+    assert final_with() == (123.0, "eval.json")
+    assert final_with(train_steps=steps + 5) == (123.0, "eval.json")  # a checkpoint after the last evaluation
+    assert final_with(search_overrides=["search.num_simulations=1"]) == (
+        plain.final, "last training eval (eval.json skipped: searched with search.num_simulations=1)")
+    assert final_with(train_steps=steps - 1) == (
+        plain.final, f"last training eval (eval.json skipped: of {steps - 1} training steps, the run trained on)")
