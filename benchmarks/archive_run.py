@@ -6,8 +6,9 @@
 A learning result outlives the machine that made it only if it is committed: a later
 session may start on a fresh machine without ``runs/``.  A run directory holds
 checkpoints and replay (hundreds of MB); what ``ez-robot report`` reads is its
-``config.yaml``, its evaluations and its training losses.  This copies ``config.yaml`` and
-``eval.json`` (when the run has one) and a ``metrics.jsonl`` of every evaluation, every
+``config.yaml``, its evaluations and its training losses.  This copies ``config.yaml``,
+``eval.json`` and the ``eval-<label>.json`` of evaluations with other search settings or
+checkpoints (when the run has them), and a ``metrics.jsonl`` of every evaluation, every
 session boundary (``resume``; the first and last record, so wall time can still be summed
 as ``learning.py`` does) and at most ``--train-points`` training records, evenly spaced.
 Episodes are dropped.  The copy lands in ``benchmarks/results/runs/<task>-<run folder name>``
@@ -53,8 +54,9 @@ def archive(run_dir: Path, dest_root: Path, name: str | None, train_points: int,
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     shutil.copy2(run_dir / "config.yaml", dest / "config.yaml")
-    if (run_dir / "eval.json").is_file():
-        shutil.copy2(run_dir / "eval.json", dest / "eval.json")
+    for report in [run_dir / "eval.json", *sorted(run_dir.glob("eval-*.json"))]:
+        if report.is_file():
+            shutil.copy2(report, dest / report.name)
     kept = slim_metrics((run_dir / "metrics.jsonl").read_text().splitlines(), train_points)
     (dest / "metrics.jsonl").write_text("\n".join(kept) + "\n")
     return dest

@@ -213,7 +213,8 @@ def _copy_run(source, dest, edit):
     config = yaml.safe_load((dest / "config.yaml").read_text())
     edit(config)
     (dest / "config.yaml").write_text(yaml.safe_dump(config))
-    (dest / "eval.json").unlink(missing_ok=True)
+    for report in [dest / "eval.json", *dest.glob("eval-*.json")]:  # whatever evaluations ran before
+        report.unlink(missing_ok=True)
     return dest
 
 
@@ -353,6 +354,7 @@ def test_an_archived_run_reports_as_the_run_does(tmp_path, tiny_run):
     is the report over the run, and the copy holds no episodes and no checkpoints."""
     run = _copy_run(tiny_run, tmp_path / "runs" / "cart-s0", lambda c: None)
     (run / "eval.json").write_text(json.dumps({"mean": 12.5}))
+    (run / "eval-num_simulations=8.json").write_text(json.dumps({"mean": 10.0}))  # an experiment's, kept too
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     template = [r for r in records if r["kind"] == "train"][-1]
     with (run / "metrics.jsonl").open("a") as f:  # a run that went on logging, then was killed mid-write
@@ -368,7 +370,8 @@ def test_an_archived_run_reports_as_the_run_does(tmp_path, tiny_run):
     (copy,) = archive.iterdir()
     assert copy.name == "cartpole_swingup-cart-s0"
     assert f"git add {copy}" in done.stdout  # new files are left out by `git commit -a`
-    assert sorted(p.name for p in copy.iterdir()) == ["config.yaml", "eval.json", "metrics.jsonl"]
+    assert sorted(p.name for p in copy.iterdir()) == ["config.yaml", "eval-num_simulations=8.json", "eval.json",
+                                                     "metrics.jsonl"]
     kinds = [json.loads(line)["kind"] for line in (copy / "metrics.jsonl").read_text().splitlines()]
     original = [json.loads(line)["kind"] for line in (run / "metrics.jsonl").read_text().splitlines()[:-1]]
     assert kinds.count("eval") == original.count("eval") > 0
