@@ -13,6 +13,7 @@ beside it (:func:`report_path`), so an experiment never replaces that score.
 from __future__ import annotations
 
 import functools
+import glob
 import json
 import os
 import re
@@ -20,7 +21,6 @@ import socket
 import time
 from dataclasses import dataclass
 from importlib import resources
-from glob import escape as glob_escape
 from pathlib import Path
 
 import numpy as np
@@ -258,7 +258,7 @@ def _remove_stale_temporaries(out: Path) -> None:
     """Removes the temporaries of ``out`` that evaluations on this host left behind when
     they were killed (their process is gone); another host's, or a running evaluation's, stay."""
     ours = re.compile(rf"\.{re.escape(out.name)}\.{re.escape(socket.gethostname())}\.(\d+)\.tmp")  # not "host.domain.PID"
-    for path in out.parent.glob(f".{glob_escape(out.name)}.*.tmp"):
+    for path in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
         match = ours.fullmatch(path.name)
         if match and path.is_file() and not path.is_symlink() and _process_gone(int(match[1])):
             try:

@@ -123,7 +123,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
             mean = float(result["mean"])
             success = None if result.get("success_rate") is None else float(result["success_rate"])
             overrides, steps = result.get("search_overrides") or [], result.get("train_steps")
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             raise RunError(f"{eval_json} is not a readable evaluation result") from None
         last_eval_steps = record.evals[-1].get("train_steps") if record.evals else None
         if overrides:  # written before `ez-robot eval --set` wrote eval-<label>.json
