@@ -20,7 +20,13 @@ action cube rather than around the policy's mode.  This plays the run's training
   sign, 0.5: an even split);
 - ``push agreement``: the cosine between two independent searches' pushes from the same
   state, a push being the target-weighted mean candidate minus the policy's mode (1: the
-  searches agree where the policy should move; 0: the targets are noise).
+  searches agree where the policy should move; 0: the targets are noise);
+- ``target on policy draws``: the improved policy's mass on the root candidates drawn from
+  the policy itself (the first ``search.root_policy_samples``; the others come from the
+  widened proposal), and ``played from policy draws``: the share of searches whose chosen
+  action is one of them.  Chance, a search that cannot tell its candidates apart under the
+  uniform prior (``search.proposal_correction=false``), is printed beside them: the policy
+  draws' share of the candidates.
 """
 from __future__ import annotations
 
@@ -68,6 +74,14 @@ def policy_width(spec, params: np.ndarray) -> float:
     return float(-(np.exp(logp) * logp).sum(-1).mean())
 
 
+def policy_draw_shares(weights: np.ndarray, candidates: np.ndarray, played: np.ndarray,
+                       policy_draws: int) -> tuple[float, float]:
+    """The target's mass on the first ``policy_draws`` candidates ([K], [K, D]), and 1.0
+    if the played action ([D]) is one of them, else 0.0."""
+    chosen = int(np.argmin(np.abs(candidates - played[None]).sum(-1)))
+    return float(weights[:policy_draws].sum() / weights.sum()), float(chosen < policy_draws)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run", help="a run directory of a sampled action mode (gaussian or factorized)")
@@ -87,6 +101,7 @@ def main() -> None:
         parser.error(f"{args.run} trained the joint action mode; this measures the sampled modes")
 
     search = agent._search.replace(add_noise=True, temperature=1.0)  # as self-play searches
+    policy_draws = min(search.root_policy_samples, search.num_candidates)
     rng = np.random.default_rng(args.seed)
     env = make_from_config(agent.config.env, seed=args.seed, mode="train")
     obs, _ = env.reset(seed=args.seed)
@@ -102,6 +117,7 @@ def main() -> None:
             weights = np.asarray(out.policy[0], np.float64)
             pushes.append(push(weights, candidates, mode))
         bound = at_bound(candidates)
+        on_policy_draws, played_policy_draw = policy_draw_shares(weights, candidates, out.actions[0], policy_draws)
         rows.append({
             "policy std" if spec.mode == "gaussian" else "policy entropy per dim": policy_width(spec, params[0]),
             "|mode|": float(np.abs(mode).mean()),
@@ -109,13 +125,17 @@ def main() -> None:
             "target at bound": float((weights[:, None] * bound).sum(0).mean() / weights.sum()),
             "minority sign": minority_sign(weights, candidates),
             "push agreement": cosine(*pushes),
+            "target on policy draws": on_policy_draws,
+            "played from policy draws": played_policy_draw,
         })
         obs, _, terminated, truncated, _ = env.step(out.actions[0])
         if terminated or truncated:
             break
     env.close()
+    prior = "corrected" if search.proposal_correction and policy_draws < len(candidates) else "uniform"
     print(f"{agent.task} ({spec.mode}, {spec.dims} dimensions), {len(rows)} decisions, "
-          f"{search.num_simulations} simulations, {len(candidates)} candidates:")
+          f"{search.num_simulations} simulations, {len(candidates)} candidates ({policy_draws} drawn from the policy, "
+          f"chance {policy_draws / len(candidates):.2f}; prior {prior}):")
     print(", ".join(f"{k} {np.nanmean([r[k] for r in rows]):.2f}" for k in rows[0]))
 
 

@@ -32,3 +32,13 @@ def test_policy_width_reads_the_gaussian_std_and_the_factorized_entropy():
     factorized = ActionSpec("factorized", dims=2, bins=4)
     uniform_and_sure = np.array([0.0, 0.0, 0.0, 0.0, 50.0, 0.0, 0.0, 0.0])
     assert script.policy_width(factorized, uniform_and_sure) == pytest.approx(math.log(4) / 2, abs=1e-6)
+
+
+def test_policy_draw_shares_read_the_first_candidates_and_the_one_played():
+    candidates = np.array([[0.1, 0.2], [0.5, -0.5], [1.0, 1.0], [-1.0, 1.0]])
+    weights = np.array([1.0, 3.0, 4.0, 2.0])  # unnormalized on purpose
+    mass, played = script.policy_draw_shares(weights, candidates, np.array([1.0, 1.0], np.float32), policy_draws=2)
+    assert mass == pytest.approx(0.4) and played == 0.0  # a widened candidate was played
+    mass, played = script.policy_draw_shares(weights, candidates, np.array([0.5, -0.5], np.float32), policy_draws=2)
+    assert played == 1.0
+    assert script.policy_draw_shares(weights, candidates, candidates[3], policy_draws=4) == (1.0, 1.0)
