@@ -19,6 +19,8 @@ preset's batch (Atari's 16 is for CPU), and ``--precision`` adds a row per preci
 (TensorFloat-32 matmuls too) or ``bf16`` (the step under ``torch.autocast`` to bfloat16).
 Neither switch is one the learner sets: on an H200 neither paid (benchmarks/README.md).
 ``--compile [MODE ...]`` adds a row per ``train.compile`` mode (default: ``default``).
+``--set KEY=VALUE`` applies config overrides to every preset, as ``ez-robot train --set`` does
+(``--set train.model_gradient_coef=1`` times the Gaussian mode's model-gradient actor term).
 """
 import argparse
 import dataclasses
@@ -72,6 +74,8 @@ def main():
     parser.add_argument("--compile", nargs="*", default=None, choices=["default", "reduce-overhead"],
                         help="also time the step with train.compile=MODE (torch.compile of the step's network calls)")
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "tf32", "bf16"])
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every preset (repeatable)")
     args = parser.parse_args()
     cases = {"cartpole_swingup": ((5,), 1, 5, np.float32, None), "gym:CartPole-v1": ((4,), 1, 2, np.float32, None),
              "atari:Pong": ((3, 96, 96), 4, 6, np.uint8, 16),
@@ -87,11 +91,12 @@ def main():
     for task in args.tasks:
         frame_shape, stack, actions, dtype, batch = cases[task]
         if task.endswith(":pixels"):
-            config = load_config(task.removesuffix(":pixels"), obs="pixels")
+            config = load_config(task.removesuffix(":pixels"), obs="pixels", overrides=args.overrides)
         elif task.endswith(":ezv2"):
-            config = load_config(task.removesuffix(":ezv2"), overrides=recipe_overrides("ezv2_states"))
+            config = load_config(task.removesuffix(":ezv2"),
+                                 overrides=recipe_overrides("ezv2_states") + args.overrides)
         else:
-            config = load_config(task)
+            config = load_config(task, overrides=args.overrides)
         batch = args.batch or batch or config.train.batch_size
         rng = np.random.default_rng(0)
         replay = synthetic_replay(config, frame_shape, stack, actions, dtype, rng)

@@ -268,6 +268,14 @@ class TrainConfig:
     ``best``, only its most likely action (-log pi(a*); EfficientZero V2 trains policies over
     more than one action dimension so, its "simple" loss, there with the Gumbel search's
     winner, here the noise-free argmax of the same improved policy)."""
+    model_gradient_coef: float = 0.0
+    """Gaussian mode: weight of a policy-improvement term that does not go through the
+    search's targets.  At every unrolled hidden state s the policy draws a = tanh(mu + std e)
+    and the loss takes -Q(s, a) / S with Q(s, a) = r(s, a) + gamma V(g(s, a)) from the model
+    itself, whose weights this term leaves alone (its gradient reaches the policy head only,
+    through a: the reparameterized actor update of SAC and TD-MPC2, with the learned model
+    as the critic).  S is a running mean of the batch's 5-95 percentile range of Q (at least
+    1), TD-MPC2's scale.  0 (the default) leaves the loss as it was."""
     inference: str = "onnxruntime"
     """Network calls of the searches in self-play and reanalyze on the CPU: onnxruntime
     (the networks exported again after each weight refresh; several times faster on the
@@ -304,6 +312,7 @@ class TrainConfig:
             ("td_steps", self.td_steps >= 1, ">= 1"),
             ("policy_loss_coef", self.policy_loss_coef >= 0, ">= 0"),
             ("entropy_coef", self.entropy_coef >= 0, ">= 0"),
+            ("model_gradient_coef", self.model_gradient_coef >= 0, ">= 0"),
             ("entropy", self.entropy in ("pre_squash", "squashed"), "'pre_squash' or 'squashed'"),
             ("policy_target", self.policy_target in ("full", "best"), "'full' or 'best'"),
             ("step_weights", self.step_weights in ("muzero", "paper"), "'muzero' or 'paper'"),
@@ -378,6 +387,11 @@ class Config:
                 f"the budget ({self.train.budget} {self.env.budget_unit} = {self.agent_steps_budget} agent steps) "
                 f"is below replay.min_replay_size ({self.replay.min_replay_size} moves): training would never "
                 f"start; raise --budget or lower replay.min_replay_size")
+        if self.train.model_gradient_coef > 0 and self.env.action_mode != "auto":  # auto: resolved before the run
+            if resolved_action_mode(self.env) != "gaussian":
+                raise ConfigError(f"train.model_gradient_coef={self.train.model_gradient_coef:g} differentiates the "
+                                  f"model through a reparameterized Gaussian action; env.action_mode is "
+                                  f"{self.env.action_mode}: --set env.action_mode=gaussian, or leave the coefficient at 0")
 
     @property
     def cautions(self) -> list[str]:

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from ez_robot.config import Config, search_config
-from ez_robot.errors import RunError
-from ez_robot.networks import (policy_entropy, policy_log_prob, scalar_to_support, scale_gradient,
+from ez_robot.errors import ConfigError, RunError
+from ez_robot.networks import (gaussian_policy, policy_entropy, policy_log_prob, scalar_to_support, scale_gradient,
                                support_to_scalar)
 from ez_robot.reanalyze import Targets
 from ez_robot.targets import BatchContext
@@ -66,6 +66,9 @@ class Learner:
         self._initial, self._recurrent, self._project = calls
         self.generator = torch.Generator().manual_seed(config.seed)
         self.lstm_horizon = search_config(config).lstm_horizon
+        if t.model_gradient_coef > 0 and net.action_spec.mode != "gaussian":
+            raise ConfigError(f"train.model_gradient_coef needs the gaussian action mode, not {net.action_spec.mode}")
+        self.q_scale: float | None = None  # train.model_gradient_coef: the running scale of Q (None: no batch yet)
 
     def learning_rate(self, step: int) -> float:
         """Exponential decay from lr to lr_final over the run (the paper: 0.2 -> 0.02)."""
@@ -137,6 +140,7 @@ class Learner:
 
         # --- unroll the dynamics K steps ---
         hidden, lstm_state = out.hidden, net.initial_lstm_state(batch, device=dev)
+        hiddens = [hidden]
         if t.consistency:
             with torch.no_grad():  # stop-gradient on the branch built from real observations
                 targets_proj = self._project(self._initial(
@@ -145,6 +149,7 @@ class Learner:
         for k in range(1, K + 1):
             step = self._recurrent(scale_gradient(hidden, 0.5), lstm_state, actions[:, k - 1])
             hidden, lstm_state = step.hidden, step.lstm_state
+            hiddens.append(hidden)
             if k % self.lstm_horizon == 0:  # the LSTM restarts, as in the search
                 lstm_state = tuple(torch.zeros_like(s) for s in lstm_state)
             vp_loss = vp_loss + ce(step.value_prefix_logits, scalar_to_support(vp_target[:, k - 1], *net.reward_support)) * mask_vp[:, k - 1]
@@ -168,6 +173,8 @@ class Learner:
             group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if t.model_gradient_coef > 0:
+            metrics_q = self._model_gradient(torch.cat(hiddens).detach(), w.repeat(K + 1) * mask_policy.T.reshape(-1))
         grad_norm = torch.nn.utils.clip_grad_norm_(net.parameters(), t.max_grad_norm)
         if not torch.isfinite(grad_norm):  # checked before the step: the weights stay good
             raise FloatingPointError(f"non-finite gradient norm at training step {self.train_steps}")
@@ -190,7 +197,42 @@ class Learner:
         }
         if candidates is not None:  # sampled modes: how wide the policy is (the Gaussian's per train.entropy)
             metrics["policy_entropy"] = policy_entropy(spec, out.policy_logits.detach(), squashed).mean().item()
+        if t.model_gradient_coef > 0:
+            metrics.update(metrics_q)
         return metrics, priorities
+
+    def _model_gradient(self, hidden: torch.Tensor, weights: torch.Tensor) -> dict:
+        """train.model_gradient_coef: adds the gradient of -coef E[w Q(s, a)] / S, a the policy's
+        reparameterized draw at the (detached) hidden states s, to the policy head's gradients
+        alone.  Q = r + gamma V(g(s, a)) is read off the network in eval mode (BatchNorm's
+        running statistics, as the search reads it): the model is the critic here, not trained."""
+        net, t = self.net, self.config.train
+        head = list(net.policy_head.parameters())
+        mean, std = gaussian_policy(net.policy_head(hidden), net.action_spec.dims)
+        noise = torch.randn(mean.shape, generator=self.generator).to(mean.device)
+        action = torch.tanh(mean + std * noise)
+        net.eval()
+        try:
+            step = net.recurrent_inference(hidden, net.initial_lstm_state(len(hidden), device=hidden.device), action)
+        finally:
+            net.train()
+        # a fresh LSTM's first value prefix is the first reward, as with the per-step head
+        reward = support_to_scalar(step.value_prefix_logits, *net.reward_support)
+        q = reward + search_config(self.config).discount * support_to_scalar(step.value_logits, *net.value_support)
+        with torch.no_grad():
+            spread = float(torch.quantile(q.detach().float(), 0.95) - torch.quantile(q.detach().float(), 0.05))
+            self.q_scale = spread if self.q_scale is None else 0.99 * self.q_scale + 0.01 * spread
+        scale = max(self.q_scale, 1.0)
+        objective = -(weights * q).sum() / (scale * max(float(weights.sum()), 1.0))
+        grads = torch.autograd.grad(t.model_gradient_coef * objective, head)
+        # how much of the policy head's gradient is this term's (the rest: the search's targets)
+        own = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+        rest = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in head
+                                                     if p.grad is not None] or [own.new_zeros(())]))
+        for param, grad in zip(head, grads):
+            param.grad = grad if param.grad is None else param.grad + grad
+        return {"model_q": float(q.detach().mean()), "model_q_scale": scale,
+                "model_gradient_share": float(own / (own + rest + 1e-12))}
 
     def _refresh_snapshots(self) -> None:
         t = self.config.train
@@ -209,7 +251,7 @@ class Learner:
         return {"model": self.net.state_dict(), "target_model": self.target_net.state_dict(),
                 "acting_model": self.acting_net.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "train_steps": self.train_steps, "versions": dict(self.versions),
-                "generator": self.generator.get_state()}
+                "generator": self.generator.get_state(), "q_scale": self.q_scale}
 
     def load_state_dict(self, state: dict) -> None:
         """Restores :meth:`state_dict`; :class:`RunError` when the weights do not fit."""
@@ -225,3 +267,4 @@ class Learner:
         self.train_steps = int(state["train_steps"])
         self.versions = dict(state["versions"])
         self.generator.set_state(state["generator"])
+        self.q_scale = state.get("q_scale")  # checkpoints before train.model_gradient_coef have none

@@ -26,7 +26,7 @@ from ez_robot.policies import MEAN_BOUND, STD_MIN, ActionSpec
 
 __all__ = ["EfficientZeroNet", "ObservationNormalizer", "InitialOutput", "RecurrentOutput", "make_network", "value_transform",
            "inverse_value_transform", "scalar_to_support", "support_to_scalar", "scale_gradient",
-           "policy_log_prob", "policy_entropy"]
+           "policy_log_prob", "policy_entropy", "gaussian_policy"]
 
 EPS = 0.001  # epsilon of the invertible value transform (MuZero appendix)
 
@@ -417,7 +417,7 @@ def policy_log_prob(spec: ActionSpec, params: torch.Tensor, actions: torch.Tenso
         index = torch.round((actions.float() + 1.0) * 0.5 * (spec.bins - 1)).long().clamp(0, spec.bins - 1)
         expanded = logp.unsqueeze(-3).expand(index.shape + (spec.bins,))  # [..., K, D, bins]
         return expanded.gather(-1, index.unsqueeze(-1)).squeeze(-1).sum(-1)
-    mean, std = _gaussian(params, d)
+    mean, std = gaussian_policy(params, d)
     # atanh near +-1 needs float64: float32 keeps only ~6% of 1 - |a| at |a| = 1 - 1e-6
     squashed = actions.double().clamp(-1 + 1e-6, 1 - 1e-6)
     pre = torch.atanh(squashed)
@@ -438,7 +438,7 @@ def policy_entropy(spec: ActionSpec, params: torch.Tensor, squashed: bool = Fals
     if spec.mode == "factorized":
         logp = F.log_softmax(params.reshape(params.shape[:-1] + (spec.dims, spec.bins)), dim=-1)
         return -(logp.exp() * logp).sum((-1, -2))
-    mean, std = _gaussian(params, spec.dims)
+    mean, std = gaussian_policy(params, spec.dims)
     entropy = torch.log(std) + 0.5 * (1.0 + math.log(2 * math.pi))
     if squashed:
         nodes, weights = _hermite_rule(params)
@@ -460,7 +460,8 @@ def _hermite_rule(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             torch.as_tensor(_WEIGHTS, dtype=like.dtype, device=like.device))
 
 
-def _gaussian(params: torch.Tensor, dims: int) -> tuple[torch.Tensor, torch.Tensor]:
+def gaussian_policy(params: torch.Tensor, dims: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) [..., D] of the pre-squash Gaussian of policy-head outputs [..., P]."""
     mean = MEAN_BOUND * torch.tanh(params[..., :dims] / MEAN_BOUND)
     std = F.softplus(params[..., dims:2 * dims] + 1.0) + STD_MIN
     return mean, std

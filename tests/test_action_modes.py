@@ -1,6 +1,8 @@
 """The sampled action modes (factorized, gaussian): candidate draws and their priors, the
 search over them, the config that picks a mode, and short runs of a 6-joint task through
 both trainers."""
+import copy
+import dataclasses
 import json
 import math
 
@@ -189,6 +191,115 @@ def test_a_discrete_task_refuses_a_sampled_mode():
         load_config("gym:CartPole-v1", overrides=["env.action_mode=gaussian"])
     with pytest.raises(ConfigError, match="env.action_mode"):
         load_config("walker_walk", overrides=["env.action_mode=sideways"])
+
+
+# --- the model-gradient term (train.model_gradient_coef) -------------------------------------
+
+def sampled_batch(spec, config, batch=16, obs_dims=24, candidates=4, seed=0):
+    """A hand-made batch of a sampled mode: random states and actions, every target known,
+    a uniform improved policy over random candidates."""
+    from ez_robot.reanalyze import Targets
+    from ez_robot.targets import BatchContext
+
+    rng = np.random.default_rng(seed)
+    K, D = config.train.unroll_steps, spec.dims
+    ones = lambda *shape: np.ones(shape, np.float32)
+    context = BatchContext(
+        frames=rng.normal(size=(batch, K + 1, obs_dims)).astype(np.float32),
+        actions=rng.uniform(-1, 1, (batch, K, D)).astype(np.float32),
+        value_prefix_targets=rng.uniform(0, 2, (batch, K)).astype(np.float32),
+        value_partial=np.zeros((batch, K + 1), np.float32), bootstrap_discount=np.zeros((batch, K + 1), np.float32),
+        bootstrap_index=np.full((batch, K + 1), -1), stored_bootstrap_values=np.zeros((batch, K + 1), np.float32),
+        stored_policies=ones(batch, K + 1, candidates) / candidates, mask_policy=ones(batch, K + 1),
+        mask_value=ones(batch, K + 1), mask_value_prefix=ones(batch, K), mask_consistency=ones(batch, K),
+        searched_values=np.zeros((batch, K + 1), np.float32), value_fresh=np.zeros((batch, K + 1), bool),
+        searched_policies=ones(batch, K + 1, candidates) / candidates, policy_fresh=np.zeros((batch, K + 1), bool))
+    targets = Targets(value=rng.uniform(0, 20, (batch, K + 1)).astype(np.float32),
+                      policy=ones(batch, K + 1, candidates) / candidates, searched_policy=np.ones(batch, bool),
+                      num_searches=0,
+                      candidates=np.tanh(rng.normal(size=(batch, K + 1, candidates, D))).astype(np.float32))
+    return context, targets, np.ones(batch, np.float32)
+
+
+def model_gradient_setup(*overrides):
+    config = load_config("walker_walk", overrides=["model.latent_dim=16", "model.mlp_hidden=32",
+                                                   "model.head_hidden=16", "model.lstm_hidden=16",
+                                                   "model.projection_hidden=16", "model.projection_out=16",
+                                                   "model.support_size=10", *overrides])
+    torch.manual_seed(0)
+    net = make_network((24,), ActionSpec("gaussian", dims=6), config.model, value_prefix=config.train.value_prefix)
+    with torch.no_grad():  # heads that are not zero (the last layers start so)
+        for parameter in net.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)
+    return config, net
+
+
+@pytest.mark.parametrize("value_prefix", [True, False])
+def test_the_model_gradient_term_moves_the_policy_head_alone(value_prefix):
+    """train.model_gradient_coef > 0 changes the step of the policy head and of nothing else:
+    the model is the critic of that term, not trained by it (no gradient clip engages)."""
+    from ez_robot.learner import Learner
+
+    config, net = model_gradient_setup(f"train.value_prefix={str(value_prefix).lower()}", "train.max_grad_norm=1e9")
+    with_term = dataclasses.replace(config, train=dataclasses.replace(config.train, model_gradient_coef=1.0))
+    context, targets, weights = sampled_batch(net.action_spec, config)
+    after = {}
+    for name, cfg in (("off", config), ("on", with_term)):
+        learner = Learner(copy.deepcopy(net), cfg, 100, torch.device("cpu"))
+        metrics, _ = learner.step(context, targets, weights)
+        after[name] = dict(learner.net.named_parameters())
+        if name == "on":
+            assert math.isfinite(metrics["model_q"]) and metrics["model_q_scale"] >= 1.0
+            assert 0.0 < metrics["model_gradient_share"] < 1.0
+            resumed = Learner(copy.deepcopy(net), cfg, 100, torch.device("cpu"))
+            resumed.load_state_dict(learner.state_dict())  # a checkpoint keeps the running scale of Q
+            assert resumed.q_scale == learner.q_scale is not None
+    changed = [n for n in after["off"] if not torch.equal(after["off"][n], after["on"][n])]
+    assert changed and all(n.startswith("policy_head.") for n in changed)
+
+
+def test_the_model_gradient_term_climbs_the_models_q():
+    """With a model whose reward is flat and whose value rises with the first action dimension
+    alone, the term (and
+    nothing else training the policy) moves the policy's mean up that dimension, not the others."""
+    from ez_robot.learner import Learner
+    from ez_robot.networks import gaussian_policy
+
+    config, net = model_gradient_setup("train.policy_loss_coef=0", "train.optimizer=adam", "train.lr=0.01",
+                                       "train.lr_final=0.01", "train.model_gradient_coef=1")
+    learner = Learner(net, config, 100, torch.device("cpu"))
+    bins = torch.arange(-10, 11, dtype=torch.float32)
+    original = net.recurrent_inference
+
+    def value_up_dimension_0(hidden, lstm_state, action):  # read by the term only: the loss's calls were bound before
+        out = original(hidden, lstm_state, action)
+        return out._replace(value_prefix_logits=torch.zeros_like(out.value_prefix_logits),
+                            value_logits=2.0 * action[:, :1] * bins)
+
+    net.recurrent_inference = value_up_dimension_0
+    context, targets, weights = sampled_batch(net.action_spec, config)
+    states = torch.as_tensor(context.frames[:, 0])
+
+    def means():
+        with torch.no_grad():
+            return gaussian_policy(net.initial_inference(states).policy_logits, 6)[0].mean(0)
+
+    before = means()
+    for _ in range(30):
+        learner.step(context, targets, weights)
+    moved = means() - before
+    assert moved[0] > 0.3
+    assert moved[1:].abs().max() < 0.3 * moved[0]
+
+
+def test_the_model_gradient_term_needs_the_gaussian_mode():
+    with pytest.raises(ConfigError, match="model_gradient_coef"):
+        load_config("walker_walk", overrides=["env.action_mode=factorized", "train.model_gradient_coef=1"])
+    with pytest.raises(ConfigError, match="model_gradient_coef"):
+        load_config("cartpole_swingup", overrides=["train.model_gradient_coef=1"])  # joint by default
+    with pytest.raises(ConfigError, match="model_gradient_coef"):
+        load_config("walker_walk", overrides=["train.model_gradient_coef=-1"])
+    assert load_config("walker_walk", overrides=["train.model_gradient_coef=0.5"]).train.model_gradient_coef == 0.5
 
 
 # --- runs --------------------------------------------------------------------------------------
