@@ -31,7 +31,7 @@ from ez_robot.ray_cluster import Placement, default_reanalyze_workers, init_ray
 from ez_robot.ray_storage import ReplayWorker, SharedStorage
 from ez_robot.ray_workers import STEPS_PER_REQUEST, LearnerWorker, Reanalyzer, SelfPlayWorker, evaluate_weights, shippable
 from ez_robot.run_files import RunFiles, holds_run_dir
-from ez_robot.schedules import Counters, default_eval_interval, next_eval_after, replay_shortfall, total_train_steps
+from ez_robot.schedules import Counters, eval_interval_for, next_eval_after, replay_shortfall, total_train_steps
 from ez_robot.session import Session, interrupt_on_sigterm
 from ez_robot.trainer import check_resumable
 
@@ -141,7 +141,7 @@ class _Pipeline:
     def run(self, checkpoint_interval: int, eval_interval: int | None, eval_episodes: int | None,
             progress: bool, max_seconds: float | None) -> dict:
         c = self.counters
-        self.eval_interval = eval_interval or default_eval_interval(self.config)
+        self.eval_interval = eval_interval_for(self.config, c, eval_interval)
         self.eval_episodes = eval_episodes or self.config.train.eval_episodes
         c.next_eval, self.evals, last_eval = next_eval_after(c, self.eval_interval), {}, {}
         self.learner_steps = c.train_steps

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from ez_robot.config import Config
 
 __all__ = ["Counters", "TRAIN_LOG_INTERVAL", "RECENT_EPISODES", "paced_train_steps", "total_train_steps",
-           "train_steps_due", "temperature_at", "priority_beta", "eval_seed", "default_eval_interval", "next_eval_after",
-           "replay_shortfall", "finished"]
+           "train_steps_due", "temperature_at", "priority_beta", "eval_seed", "default_eval_interval", "eval_interval_for",
+           "next_eval_after", "replay_shortfall", "finished"]
 
 TRAIN_LOG_INTERVAL = 50
 """Training steps between two ``train`` records (losses) in metrics.jsonl."""
@@ -40,6 +40,10 @@ class Counters:
     """Agent steps at which the run's final evaluation was logged (-1: none yet).  A run
     checkpointed at the end of its budget but stopped before that evaluation was logged
     takes it when resumed."""
+    eval_interval: int = 0
+    """Agent steps between periodic evaluations, fixed when the run starts (0: not yet, or
+    a checkpoint older than this field), so that a run extended to a larger budget goes on
+    evaluating as often as before."""
 
     def add_episode(self, episode_return: float) -> None:
         self.episodes += 1
@@ -98,6 +102,14 @@ def eval_seed(config: Config) -> int:
 def default_eval_interval(config: Config) -> int:
     """Agent steps between periodic evaluations: a tenth of the budget."""
     return max(config.agent_steps_budget // 10, 1)
+
+
+def eval_interval_for(config: Config, counters: Counters, asked: int | None = None) -> int:
+    """The evaluation interval of a run: ``asked`` when given, else the one the run started
+    with (a larger budget on resume keeps it), else a tenth of the budget.  Recorded in
+    ``counters`` for the checkpoints."""
+    counters.eval_interval = asked or counters.eval_interval or default_eval_interval(config)
+    return counters.eval_interval
 
 
 def next_eval_after(counters: Counters, interval: int) -> int:

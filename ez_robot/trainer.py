@@ -23,7 +23,7 @@ from ez_robot.inference import make_inference
 from ez_robot.reanalyze import Sweeper, reanalyze, reanalyze_search_config
 from ez_robot.replay import ReplayBuffer
 from ez_robot.run_files import RunFiles, holds_run_dir
-from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, default_eval_interval, finished, next_eval_after,
+from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, eval_interval_for, finished, next_eval_after,
                                 paced_train_steps, replay_shortfall, temperature_at, train_steps_due)
 from ez_robot.session import Session, interrupt_on_sigterm
 from ez_robot.targets import sample_batch
@@ -220,7 +220,7 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
     c = run.counters
     if resume is not None:
         files.log("resume", c, trainer="single", budget=config.train.budget, replay_moves=len(run.replay))
-    eval_interval = eval_interval or default_eval_interval(config)
+    eval_interval = eval_interval_for(config, c, eval_interval)
     eval_episodes = eval_episodes or config.train.eval_episodes
     c.next_eval, last_eval, diverged = next_eval_after(c, eval_interval), {}, False
     session = Session(c, config.agent_steps_budget, progress, max_seconds)

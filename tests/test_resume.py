@@ -194,6 +194,10 @@ def test_a_finished_run_extends_with_a_larger_budget(finished_run, tmp_path):
     assert evals == sorted(evals) and evals[-1] == 240  # the evaluation schedule went on
     assert len(evals) == len(set(evals))
     assert not [e for e in evals if 120 < e < 132]  # the final evaluation at 120 is not taken again
+    # every 12 agent steps as before (a tenth of the budget the run started with), not every
+    # 24 (a tenth of the new one)
+    assert [e for e in evals if e > 120] == list(range(132, 241, 12))
+    assert read_checkpoint(run)["counters"]["eval_interval"] == 12
 
 
 def test_a_finished_run_trains_on_with_offline_steps(finished_run, tmp_path):
