@@ -25,7 +25,7 @@ from ez_robot.config import load_config
 from ez_robot.errors import ConfigError
 from ez_robot.inference import TorchInference
 from ez_robot.networks import make_network
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 
 
 def median_ms(fn, seconds: float = 2.0):

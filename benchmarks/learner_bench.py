@@ -33,7 +33,7 @@ from _synthetic import segment
 from ez_robot.config import ReplayConfig, load_config, recipe_overrides
 from ez_robot.learner import Learner
 from ez_robot.networks import make_network
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 from ez_robot.reanalyze import Targets
 from ez_robot.replay import ReplayBuffer
 from ez_robot.targets import prepare_context

@@ -39,7 +39,7 @@ from ez_robot.builders import env_spec
 from ez_robot.errors import EzRobotError
 from ez_robot.envs import make_from_config
 from ez_robot.inference import run_search
-from ez_robot.policies import _factorized_log_probs, gaussian_params, mode_action
+from ez_robot.action_modes import _factorized_log_probs, gaussian_params, mode_action
 
 BOUND_TOLERANCE = 0.02
 

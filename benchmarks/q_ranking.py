@@ -34,7 +34,7 @@ import ez_robot
 from ez_robot.builders import env_spec
 from ez_robot.errors import EzRobotError
 from ez_robot.inference import run_search
-from ez_robot.policies import mode_action
+from ez_robot.action_modes import mode_action
 from ez_robot.envs import _dmc_tasks
 from ez_robot.envs.dmc import DMControlEnv
 

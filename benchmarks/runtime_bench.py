@@ -30,7 +30,7 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from ez_robot._search import search
+from ez_robot.mcts import search
 from ez_robot.builders import EnvSpec
 from ez_robot.config import load_config, search_config
 from ez_robot.envs import make_from_config

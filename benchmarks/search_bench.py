@@ -16,7 +16,7 @@ import numpy as np
 
 from ez_robot import _search as search_module
 from ez_robot import RootOutput, SearchConfig, search
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 
 HIDDEN = 64
 

@@ -5,7 +5,7 @@ Two graphs, both with a dynamic batch axis and opset :data:`OPSET`:
 - ``initial.onnx``: observation [B, *obs] (raw: uint8 pixels or float32 states; the
   scaling is inside the graph) -> hidden, value [B], policy_logits [B, P] (P: A logits in
   joint mode, the sampled modes' policy parameters otherwise, see
-  :class:`ez_robot.policies.ActionSpec`);
+  :class:`ez_robot.action_modes.ActionSpec`);
 - ``recurrent.onnx``: hidden, lstm_h, lstm_c [B, lstm_hidden], action [B] int64 (joint
   mode) or [B, D] float32 in [-1, 1] (the sampled modes), reset [B] float32 (1 = restart the value-prefix LSTM before this step) -> next_hidden,
   next_h, next_c, value_prefix [B], value [B], policy_logits [B, A].
@@ -139,7 +139,7 @@ def export_network(net, directory: Path, check: bool = True) -> list[Path]:
 def validate(net, policy: Policy, observations: np.ndarray, search_config, seed: int = 0) -> dict:
     """Compares the bundle with torch on ``observations``: every graph output, then the
     greedy search's actions.  Returns the report the manifest keeps under ``validation``."""
-    from ez_robot._search import search
+    from ez_robot.mcts import search
     from ez_robot.inference import TorchInference
 
     rng = np.random.default_rng(seed)

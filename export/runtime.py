@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search
+from ez_robot.mcts import RootOutput, SearchConfig, SearchOutput, search
 from ez_robot.errors import BundleError, ConfigError, ObservationError
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 
 __all__ = ["Policy", "Decision", "BundleError", "ObservationError", "BUNDLE_FORMAT", "MANIFEST", "PRESETS"]
 
@@ -145,7 +145,7 @@ class Policy:
         self.observation_dtype = np.dtype(manifest["observation"]["dtype"])
         action = manifest["action"]
         self.action_spec = action_spec(manifest)
-        """The action mode (:class:`ez_robot.policies.ActionSpec`); joint for version 1 bundles."""
+        """The action mode (:class:`ez_robot.action_modes.ActionSpec`); joint for version 1 bundles."""
         self.num_actions = int(action["num_actions"])
         self.continuous = action["kind"] == "continuous"
         self.action_table = np.asarray(action["table"], np.float64) \

@@ -1,8 +1,8 @@
 """ez-robot: EfficientZero agents for DeepMind Control and Atari, deployable on robots."""
 from importlib.metadata import PackageNotFoundError, version
 
-from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search, visit_policy
-from ez_robot.policies import ActionSpec
+from ez_robot.mcts import RootOutput, SearchConfig, SearchOutput, search, visit_policy
+from ez_robot.action_modes import ActionSpec
 from ez_robot import api
 from ez_robot.api import Agent, evaluate, export_bundle, load, train
 

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ez_robot._search import SearchConfig, visit_policy
+from ez_robot.mcts import SearchConfig, visit_policy
 from ez_robot.envs.guard import ENV_ERROR
 from ez_robot.envs.wrappers import TASK_REWARD
 from ez_robot.inference import TorchInference, run_search

@@ -13,7 +13,7 @@ from ez_robot.actor import Actor
 from ez_robot.config import Config, resolved_action_mode, search_config
 from ez_robot.learner import Learner
 from ez_robot.networks import EfficientZeroNet, make_network
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 from ez_robot.replay import ReplayBuffer
 from ez_robot.schedules import total_train_steps
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from ez_robot._search import SearchConfig
+from ez_robot.mcts import SearchConfig
 from ez_robot.errors import ConfigError
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "ReanalyzeConfig", "Config",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ez_robot._search import RootOutput, SearchConfig, SearchOutput, search
+from ez_robot.mcts import RootOutput, SearchConfig, SearchOutput, search
 from ez_robot.networks import support_to_scalar
 
 __all__ = ["TorchInference", "OnnxInference", "make_inference", "run_search", "INFERENCE_BACKENDS"]

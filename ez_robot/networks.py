@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from ez_robot.config import ModelConfig
 from ez_robot.errors import ConfigError
-from ez_robot.policies import MEAN_BOUND, STD_MIN, ActionSpec
+from ez_robot.action_modes import MEAN_BOUND, STD_MIN, ActionSpec
 
 __all__ = ["EfficientZeroNet", "ObservationNormalizer", "InitialOutput", "RecurrentOutput", "make_network", "value_transform",
            "inverse_value_transform", "scalar_to_support", "support_to_scalar", "scale_gradient",
@@ -406,11 +406,11 @@ def make_network(obs_shape: tuple, action: ActionSpec | int, config: ModelConfig
     return EfficientZeroNet(obs_shape, action, config, value_prefix=value_prefix)
 
 
-# --- policies of the sampled action modes (torch side of ez_robot.policies) ------------
+# --- policies of the sampled action modes (torch side of ez_robot.action_modes) ------------
 
 def policy_log_prob(spec: ActionSpec, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """log pi(a) [..., K] of candidate actions [..., K, D] under policy-head outputs [..., P]
-    (the same densities as :func:`ez_robot.policies.log_prob`)."""
+    (the same densities as :func:`ez_robot.action_modes.log_prob`)."""
     d = spec.dims
     if spec.mode == "factorized":
         logp = F.log_softmax(params.reshape(params.shape[:-1] + (d, spec.bins)), dim=-1)  # [..., D, bins]

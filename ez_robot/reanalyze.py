@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ez_robot._search import SearchConfig, visit_policy
+from ez_robot.mcts import SearchConfig, visit_policy
 from ez_robot.config import search_config
 from ez_robot.inference import TorchInference, run_search
 from ez_robot.replay import SearchResults

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ez_robot.config import Config, search_config
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 from ez_robot.replay import ReplayBuffer, SampleRef
 from ez_robot.schedules import priority_beta, total_train_steps
 
@@ -191,7 +191,7 @@ def prepare_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, 
                     search_from: int | None = None, network_bootstrap: np.ndarray | None = None) -> BatchContext:
     """Gathers observations, actions and the reward parts of every target.
 
-    ``num_actions``: A, or the run's :class:`ez_robot.policies.ActionSpec` (the sampled
+    ``num_actions``: A, or the run's :class:`ez_robot.action_modes.ActionSpec` (the sampled
     modes store action vectors and policies over candidates).
 
     ``horizons`` [B] is l per sample (``value_horizons``); l = 0: z is the bootstrap itself.

@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 from ez_robot.replay import SampleRef
 from ez_robot.targets import BatchContext, blank_context
 

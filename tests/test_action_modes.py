@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from ez_robot import search
-from ez_robot._search import SearchConfig
+from ez_robot.mcts import SearchConfig
 from ez_robot.config import ConfigError, load_config
 from ez_robot.networks import make_network, policy_entropy, policy_log_prob
-from ez_robot.policies import MEAN_BOUND, STD_MIN, ActionSpec, bin_values, log_prob, mode_action, sample_candidates
+from ez_robot.action_modes import MEAN_BOUND, STD_MIN, ActionSpec, bin_values, log_prob, mode_action, sample_candidates
 
 GAUSSIAN = ActionSpec("gaussian", dims=3)
 FACTORIZED = ActionSpec("factorized", dims=3, bins=5)
@@ -361,7 +361,7 @@ def test_on_a_bandit_the_search_picks_the_best_candidate():
         reward = np.where(first, -((np.asarray(actions) - target) ** 2).sum(axis=1), 0.0).astype(np.float32)
         return depth + 1, reward, np.zeros(len(actions), np.float32), np.zeros((len(actions), 4), np.float32)
 
-    from ez_robot._search import RootOutput
+    from ez_robot.mcts import RootOutput
 
     root = RootOutput(hidden=np.zeros((batch, 1), np.float32), value_prefix=np.zeros(batch, np.float32),
                       value=np.zeros(batch, np.float32), policy_logits=np.zeros((batch, 4), np.float32))
@@ -392,7 +392,7 @@ def test_interior_candidates_bound_the_children_below_the_root_only():
             zeros = np.zeros(len(actions), np.float32)
             return ids, zeros + 0.1, zeros, np.zeros((len(actions), 4), np.float32)
 
-        from ez_robot._search import RootOutput
+        from ez_robot.mcts import RootOutput
 
         root = RootOutput(hidden=np.arange(batch, dtype=np.float32)[:, None], value_prefix=np.zeros(batch, np.float32),
                           value=np.zeros(batch, np.float32), policy_logits=np.zeros((batch, 4), np.float32))

@@ -1,7 +1,7 @@
 """Gumbel mode of the C++ tree (K sampled candidates per node) and masked children.
 
 The tree is driven directly here (traverse / expand_and_backup with a hidden-state pool
-in rows ``node * B + b``), as the sampled-mode driver in ``ez_robot._search`` does.
+in rows ``node * B + b``), as the sampled-mode driver in ``ez_robot.mcts`` does.
 """
 import numpy as np
 import pytest

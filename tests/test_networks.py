@@ -154,7 +154,7 @@ def test_residual_state_body_unrolls_trains_and_reads_the_action():
 
 def test_residual_state_body_takes_action_vectors_and_refuses_pixels():
     from ez_robot.errors import ConfigError
-    from ez_robot.policies import ActionSpec
+    from ez_robot.action_modes import ActionSpec
 
     config = dataclasses.replace(SMALL, state_body="residual")
     net = make_network((5,), ActionSpec("gaussian", dims=3), config).eval()

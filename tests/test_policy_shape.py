@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 from tests.scripts import load_script
 
 script = load_script("benchmarks/policy_shape.py")

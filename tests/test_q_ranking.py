@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ez_robot.envs.dmc import DMControlEnv
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 from tests.scripts import load_script
 
 script = load_script("benchmarks/q_ranking.py")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from ez_robot.config import ConfigError, ReplayConfig, load_config
-from ez_robot.policies import ActionSpec
+from ez_robot.action_modes import ActionSpec
 from ez_robot.replay import ReplayBuffer, SampleRef, SearchResults, Segment
 from ez_robot.targets import BatchContext, dynamic_horizon, network_bootstraps, prepare_context, value_horizons
 from tests.reference_targets import loop_context

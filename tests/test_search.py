@@ -192,7 +192,7 @@ def test_visit_policy_temperature():
 
 def test_sampled_actions_follow_policy():
     counts = np.tile(np.array([[10, 30, 0, 60]], dtype=np.int32), (20000, 1))
-    from ez_robot._search import _select
+    from ez_robot.mcts import _select
 
     actions = _select(visit_policy(counts, 1.0), counts, 1.0, np.random.default_rng(0))
     freq = np.bincount(actions, minlength=4) / len(actions)

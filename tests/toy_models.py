@@ -61,7 +61,7 @@ class ToyInference:
     function of each observation's sum, so every row is computed alone, bit for bit."""
 
     def __init__(self, num_actions: int, seed: int = 0):
-        from ez_robot.policies import ActionSpec
+        from ez_robot.action_modes import ActionSpec
 
         self.action_spec = ActionSpec("joint", num_actions=num_actions)
         self.model = ElementwiseModel(num_actions, seed)

@@ -13,7 +13,7 @@ Three modes (``ActionSpec.mode``):
   (pre-squash), as EfficientZero V2.
 
 The two sampled modes search K candidate actions per expanded node (Gumbel search,
-:mod:`ez_robot._search`): the caller draws them here, keeps the action vectors, and hands
+:mod:`ez_robot.mcts`): the caller draws them here, keeps the action vectors, and hands
 the tree their prior logits.  Actions are normalized vectors in [-1, 1]^D; the env side
 scales them to the robot's bounds.
 

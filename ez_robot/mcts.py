@@ -1,5 +1,8 @@
-"""The one search function: batched EfficientZero MCTS over the C++ tree.
+"""Batched EfficientZero MCTS over the C++ tree: one simulation loop, two policies over it.
 
+:func:`simulate` is the loop (select, model step, expand, back up); :func:`puct_policy`
+(joint actions, the paper) and :func:`gumbel_policy` (sampled candidates, EfficientZero
+V2) set up the tree and read its result; :func:`search` picks one by the action spec.
 Self-play, reanalyze, evaluation and the onboard runtime all call :func:`search`.  It
 is pure: the result depends only on its arguments (the Dirichlet noise and the action
 samples come from the ``rng`` passed in).  It imports neither torch nor onnxruntime;
@@ -18,9 +21,10 @@ from typing import Any, Callable, Tuple
 import numpy as np
 
 from ez_robot.ctree import Tree
-from ez_robot.policies import ActionSpec, sample_candidates
+from ez_robot.action_modes import ActionSpec, sample_candidates
 
-__all__ = ["SearchConfig", "RootOutput", "SearchOutput", "RecurrentFn", "search", "visit_policy", "MAX_SIMULATIONS"]
+__all__ = ["SearchConfig", "RootOutput", "SearchOutput", "RecurrentFn", "search", "simulate", "puct_policy",
+           "gumbel_policy", "visit_policy", "MAX_SIMULATIONS"]
 
 MAX_SIMULATIONS = 100_000
 """Most simulations one search may run: the tree and the hidden-state pool are allocated
@@ -182,10 +186,11 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
     """Runs ``config.num_simulations`` batched simulations from B roots.
 
     ``action_spec`` says what the policy outputs are (default: A joint discrete actions,
-    A from ``root.policy_logits``).  Joint mode expands every action with pUCT (the
-    paper); the sampled modes (factorized, gaussian) draw ``config.num_candidates``
-    actions at every expanded node from the policy outputs there and search them with
-    Gumbel sequential halving at the root (:func:`_sampled_search`).
+    A from ``root.policy_logits``) and so which policy searches: :func:`puct_policy`
+    (joint mode: every action a child, pUCT at every node, the paper) or
+    :func:`gumbel_policy` (the sampled modes, factorized and gaussian: K candidates drawn
+    at every expanded node, Gumbel sequential halving at the root).  Both run the one
+    simulation loop, :func:`simulate`.
 
     ``deadline`` (a ``time.perf_counter()`` value) makes the search anytime: no new
     simulation starts once it has passed, and the output describes the simulations that
@@ -198,7 +203,39 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
     if not isinstance(config, SearchConfig):
         raise TypeError(f"search needs config, a SearchConfig, got {type(config).__name__}")
     if action_spec is not None and action_spec.sampled:
-        return _sampled_search(root, recurrent_fn, config, rng, deadline, action_spec)
+        return gumbel_policy(root, recurrent_fn, config, rng, action_spec, deadline=deadline)
+    return puct_policy(root, recurrent_fn, config, rng, deadline=deadline)
+
+
+def simulate(tree: Tree, root_hidden: Any, recurrent_fn: RecurrentFn, num_simulations: int, batch: int,
+             expand: Callable[[int, Any], np.ndarray], *, deadline: float | None = None,
+             child_actions: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> int:
+    """The search loop: select a leaf per root, run the model there, expand it, back up.
+
+    Each simulation asks the tree for one leaf per root (``tree.traverse``: the parent's
+    hidden-state row, the child chosen and where the value-prefix LSTM restarts), runs
+    ``recurrent_fn`` once on the batch, and hands the tree the predictions and the new
+    node's child logits, ``expand(simulation, policy_outputs)``.  ``child_actions(rows,
+    children)`` maps the chosen children to the actions ``recurrent_fn`` takes (default:
+    the child indices themselves, joint mode).  Returns the simulations that ran (fewer
+    than asked once ``deadline`` has passed)."""
+    pool = _HiddenPool(root_hidden, num_simulations + 1, batch)
+    for simulation in range(num_simulations):
+        if deadline is not None and time.perf_counter() >= deadline:
+            return simulation
+        parent_rows, children, reset_mask = tree.traverse()
+        actions = children if child_actions is None else child_actions(parent_rows, children)
+        next_hidden, value_prefix, value, policy_outputs = recurrent_fn(pool.gather(parent_rows), actions, reset_mask)
+        pool.put(simulation + 1, next_hidden)
+        logits = expand(simulation, policy_outputs)
+        tree.expand_and_backup(_as_float32(value_prefix, "value_prefix"), _as_float32(value, "value"), logits)
+    return num_simulations
+
+
+def puct_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig, rng: np.random.Generator, *,
+                deadline: float | None = None) -> SearchOutput:
+    """Joint discrete actions (the paper): every action is a child, selected by pUCT with
+    Dirichlet noise on the root prior; the output policy is the visit distribution."""
     logits = _as_float32(root.policy_logits, "root.policy_logits")
     if logits.ndim != 2:
         raise ValueError(f"root.policy_logits must have shape [B, A], got {logits.shape}")
@@ -214,17 +251,8 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
     tree.reset(_as_float32(root.value_prefix, "root.value_prefix"), _as_float32(root.value, "root.value"),
                logits, noise, config.dirichlet_fraction)
 
-    pool = _HiddenPool(root.hidden, config.num_simulations + 1, batch)
-    done = config.num_simulations
-    for simulation in range(config.num_simulations):
-        if deadline is not None and time.perf_counter() >= deadline:
-            done = simulation
-            break
-        parent_rows, actions, reset_mask = tree.traverse()
-        next_hidden, value_prefix, value, step_logits = recurrent_fn(pool.gather(parent_rows), actions, reset_mask)
-        pool.put(simulation + 1, next_hidden)
-        tree.expand_and_backup(_as_float32(value_prefix, "value_prefix"), _as_float32(value, "value"),
-                               _as_float32(step_logits, "policy_logits"))
+    done = simulate(tree, root.hidden, recurrent_fn, config.num_simulations, batch,
+                    lambda _, step_logits: _as_float32(step_logits, "policy_logits"), deadline=deadline)
 
     visit_counts = tree.root_visit_counts()
     policy = visit_policy(visit_counts, config.temperature)
@@ -245,17 +273,18 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
     )
 
 
-def _sampled_search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig, rng: np.random.Generator,
-                    deadline: float | None, spec: ActionSpec) -> SearchOutput:
+def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig, rng: np.random.Generator,
+                  spec: ActionSpec, *, deadline: float | None = None) -> SearchOutput:
     """Gumbel search over sampled candidates (EfficientZero V2; Danihelka et al. 2022).
 
     Every expanded node gets K candidates drawn from its policy outputs
-    (:func:`ez_robot.policies.sample_candidates`; ``interior_candidates`` of them below the
-    root, the other child slots masked with a -inf logit); the tree keeps their indices as its
-    children and this driver keeps the action vectors in a pool laid out like the hidden
-    states (row ``node * B + b``).  With root noise on (training) the root draws Gumbel
-    noise and acts on the candidate sequential halving keeps; without (evaluation) it
-    adds the policy's most likely action to the root candidates and draws no noise."""
+    (:func:`ez_robot.action_modes.sample_candidates`; ``interior_candidates`` of them below
+    the root, the other child slots masked with a -inf logit); the tree keeps their indices
+    as its children and this policy keeps the action vectors in a pool laid out like the
+    hidden states (row ``node * B + b``).  With root noise on (training) the root draws
+    Gumbel noise and acts on the candidate sequential halving keeps; without (evaluation)
+    it adds the policy's most likely action to the root candidates and draws no noise.
+    The output policy is the improved policy over the root candidates."""
     params = _as_float32(root.policy_logits, "root.policy_logits")
     if params.ndim != 2 or params.shape[1] != spec.policy_size:
         raise ValueError(f"root.policy_logits must have shape [B, {spec.policy_size}] for {spec.describe()}, "
@@ -275,19 +304,10 @@ def _sampled_search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchC
                 c_visit=config.c_visit, c_scale=config.c_scale, max_considered=count)
     tree.reset(_as_float32(root.value_prefix, "root.value_prefix"), _as_float32(root.value, "root.value"),
                logits, gumbel)
-
-    pool = _HiddenPool(root.hidden, config.num_simulations + 1, batch)
     action_pool = np.empty(((config.num_simulations + 1) * batch, count, spec.dims), np.float32)
     action_pool[:batch] = candidates
-    done = config.num_simulations
-    for simulation in range(config.num_simulations):
-        if deadline is not None and time.perf_counter() >= deadline:
-            done = simulation
-            break
-        parent_rows, child, reset_mask = tree.traverse()
-        actions = action_pool[parent_rows, child]  # [B, D]
-        next_hidden, value_prefix, value, step_params = recurrent_fn(pool.gather(parent_rows), actions, reset_mask)
-        pool.put(simulation + 1, next_hidden)
+
+    def expand(simulation: int, step_params) -> np.ndarray:
         step_params = _as_float32(step_params, "policy_logits")
         if step_params.shape != (batch, spec.policy_size):
             raise ValueError(f"recurrent_fn returned policy outputs of shape {step_params.shape}, expected "
@@ -297,7 +317,10 @@ def _sampled_search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchC
         action_pool[start:start + batch, :interior] = new_candidates
         if interior < count:  # the tree's other child slots hold no candidate: masked
             new_logits = np.concatenate([new_logits, np.full((batch, count - interior), -np.inf, np.float32)], axis=1)
-        tree.expand_and_backup(_as_float32(value_prefix, "value_prefix"), _as_float32(value, "value"), new_logits)
+        return new_logits
+
+    done = simulate(tree, root.hidden, recurrent_fn, config.num_simulations, batch, expand, deadline=deadline,
+                    child_actions=lambda rows, children: action_pool[rows, children])  # [B, D]
 
     chosen = tree.best_actions(gumbel=not greedy)
     max_depth, mean_depth = tree.depth_stats()
