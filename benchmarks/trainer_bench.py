@@ -39,7 +39,7 @@ from ez_robot.checkpoint import ReplayFiles, read_checkpoint
 from ez_robot.config import load_config
 from ez_robot.device import set_threads
 from ez_robot.run_files import RunFiles
-from ez_robot.session import interrupt_on_sigterm
+from ez_robot.progress import interrupt_on_sigterm
 
 TASKS = {
     "cartpole_swingup": ["replay.min_replay_size=100"],

@@ -15,8 +15,10 @@ can fix raise :class:`ez_robot.errors.EzRobotError` subclasses with the remedy i
 """
 from __future__ import annotations
 
+import difflib
 import sys
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -24,7 +26,7 @@ import numpy as np
 
 from ez_robot.errors import ConfigError
 
-__all__ = ["train", "TrainingSession", "load", "Agent", "evaluate", "export_bundle", "task_name"]
+__all__ = ["train", "TrainOptions", "TrainingRequest", "load", "Agent", "evaluate", "export_bundle", "task_name"]
 
 
 def task_name(task: str | Callable) -> str:
@@ -53,31 +55,72 @@ def task_name(task: str | Callable) -> str:
     return f"{module}:{qualname}"
 
 
-def train(task: str | Callable | None = None, *, budget: str | int | None = None, seed: int | None = None,
-          obs: str | None = None, overrides: Iterable[str] = (), env_kwargs: Mapping[str, Any] | None = None,
-          run_dir: str | Path | None = None, resume: str | Path | None = None, workers: int | None = None,
-          reanalyze_workers: int | None = None, address: str | None = None, gpus: float | None = None,
-          device: str = "auto", num_envs: int = 1, checkpoint_interval: int = 1000, replay_checkpoint: bool = True,
-          threads: int = 1, progress: bool = True, log: Callable[[str], None] | None = print) -> Path:
-    """Trains an agent on ``task`` (or goes on with the run in ``resume``) and returns the
-    run directory.
-
-    ``overrides``: ``"section.key=value"`` strings (``--set``); ``env_kwargs``: keyword
-    arguments of a factory or gym task's env.  ``workers``: self-play workers on Ray
-    (default 1; 0 runs everything in this process without Ray; a resumed run keeps its
-    trainer).  ``seed`` and ``obs`` default to 0 and states (a resumed run keeps its own).
-    ``log`` gets the start and end lines (None: quiet).  Ctrl-C stops it with a checkpoint
-    that ``resume`` continues."""
-    session = TrainingSession.prepare(
-        task, budget=budget, seed=seed, obs=obs, overrides=overrides, env_kwargs=env_kwargs, run_dir=run_dir,
-        resume=resume, workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus,
-        device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval,
-        replay_checkpoint=replay_checkpoint, threads=threads, progress=progress)
-    session.run(log)
-    return session.run_dir
+def _option(default, help: str):
+    return field(default=default, metadata={"help": help})
 
 
-class TrainingSession:
+@dataclass(frozen=True)
+class TrainOptions:
+    """How to run training: everything ``ez-robot train`` and :func:`train` take besides
+    the task.  Each field's help is the command line's ``--help`` text."""
+
+    budget: str | int | None = _option(None, "Run length with a k/M suffix (Atari: agent steps; DMC: env steps).")
+    seed: int | None = _option(None, "Seed of every random generator in the run [default: 0; a resumed run keeps "
+                                     "its own].")
+    obs: str | None = _option(None, "Observation kind for DMControl tasks: state or pixels [default: state].")
+    overrides: tuple = _option((), "Override any config key, e.g. --set train.lr=0.1 (repeatable).")
+    env_kwargs: Mapping[str, Any] | None = _option(None, "Keyword arguments of a factory or gym task's env.")
+    run_dir: str | Path | None = _option(None, "Run directory (default runs/<task>-<timestamp>).")
+    resume: str | Path | None = _option(None, "Continue the run in RUN_DIR from its checkpoint: counters, "
+                                              "schedules and logs go on; a larger --budget extends a finished run.")
+    workers: int | None = _option(None, "Self-play worker processes on Ray (an embedded local Ray unless "
+                                        "--address); 0 runs everything in one process, without Ray.  [default: 1; "
+                                        "a resumed run keeps its trainer]")
+    reanalyze_workers: int | None = _option(None, "Ray: reanalyze worker processes (default: one per CPU, at "
+                                                  "most 8); 0 reanalyzes in the learner's process.")
+    address: str | None = _option(None, "Ray: join a cluster (auto, or ray://host:10001); default: an embedded "
+                                        "local Ray.")
+    gpus: float | None = _option(None, "Ray: GPUs shared by the learner and reanalyze inference (default: all "
+                                       "that torch sees, none with --device cpu).")
+    device: str = _option("auto", "Where the networks run: auto (CUDA when torch sees a GPU), cpu or cuda.")
+    num_envs: int = _option(1, "Environments stepped together by each actor (batched search).")
+    checkpoint_interval: int = _option(1000, "Training steps between checkpoints (one is also written at exit, "
+                                             "Ctrl-C included).")
+    replay_checkpoint: bool = _option(True, "Keep the replay buffer with the checkpoints (compressed, each "
+                                            "segment written once), so that a resumed run goes on with its data.")
+    threads: int = _option(1, "Torch threads per process; more help only large batches on an idle machine.")
+    progress: bool = _option(True, "A progress bar while training.")
+
+    @classmethod
+    def help(cls, name: str) -> str:
+        return next(f.metadata["help"] for f in fields(cls) if f.name == name)
+
+
+def train(task: str | Callable | None = None, *, log: Callable[[str], None] | None = print, **options) -> Path:
+    """Trains an agent on ``task`` (or goes on with the run in ``resume=RUN_DIR``) and
+    returns the run directory.
+
+    ``options`` are the fields of :class:`TrainOptions` (``budget="100k"``, ``seed``,
+    ``overrides=["train.lr=0.1"]``, ``env_kwargs``, ``workers=0`` for one process without
+    Ray, ...).  ``log`` gets the start and end lines (None: quiet).  Ctrl-C stops it with a
+    checkpoint that ``resume`` continues."""
+    request = TrainingRequest.prepare(task, _options(options))
+    request.run(log)
+    return request.run_dir
+
+
+def _options(options: Mapping[str, Any]) -> TrainOptions:
+    known = {f.name for f in fields(TrainOptions)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], known, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"unknown training option {unknown[0]!r}{hint}; the options are the fields of "
+                          f"ez_robot.api.TrainOptions: {', '.join(sorted(known))}")
+    return TrainOptions(**options)
+
+
+class TrainingRequest:
     """A checked training request: the resolved config, the run directory, the trainer
     (``workers``; 0 is the single-process one) and its options.  :meth:`prepare` raises for
     every mistake before anything starts; :meth:`run` trains."""
@@ -86,36 +129,35 @@ class TrainingSession:
         self.config, self.run_dir, self.state, self.workers, self.options = config, run_dir, state, workers, options
 
     @classmethod
-    def prepare(cls, task=None, *, budget=None, seed=None, obs=None, overrides=(), env_kwargs=None, run_dir=None,
-                resume=None, workers=None, reanalyze_workers=None, address=None, gpus=None, device="auto",
-                num_envs=1, checkpoint_interval=1000, replay_checkpoint=True, threads=1,
-                progress=True) -> "TrainingSession":
+    def prepare(cls, task: str | Callable | None = None, options: TrainOptions = TrainOptions()) -> "TrainingRequest":
         from ez_robot import envs
         from ez_robot.checkpoint import checkpoint_path, read_checkpoint, resume_config
         from ez_robot.config import load_config
         from ez_robot.envs.custom import absolute_task
         from ez_robot.trainer import check_resumable
 
-        ray_only = {"address": address, "gpus": gpus, "reanalyze_workers": reanalyze_workers}
+        o = options
+        ray_only = {"address": o.address, "gpus": o.gpus, "reanalyze_workers": o.reanalyze_workers}
         given = [name for name, value in ray_only.items() if value is not None]
+        workers, run_dir = o.workers, o.run_dir
         if workers == 0 and given:
             raise ConfigError(f"--{given[0].replace('_', '-')} is for the Ray trainer; --workers 0 (workers=0) runs "
                               f"without Ray")
-        extra = [f"env.kwargs.{name}={_yaml(value)}" for name, value in (env_kwargs or {}).items()]
+        overrides = [*o.overrides, *(f"env.kwargs.{name}={_yaml(value)}" for name, value in (o.env_kwargs or {}).items())]
         state = None
-        if resume is not None:
-            state = read_checkpoint(resume)
+        if o.resume is not None:
+            state = read_checkpoint(o.resume)
             saved = state["config"]
             if task is not None and absolute_task(task_name(task)) != saved["env"]["task"]:
                 raise ConfigError(f"the task {task_name(task)} differs from the run's task {saved['env']['task']}")
-            for name, value, was in (("obs", obs, saved["env"]["obs"]), ("seed", seed, saved["seed"])):
+            for name, value, was in (("obs", o.obs, saved["env"]["obs"]), ("seed", o.seed, saved["seed"])):
                 if value is not None and value != was:
                     raise ConfigError(f"--{name} {value} differs from the run's {name} {was}; a resumed run keeps it")
-            if run_dir is not None and Path(run_dir).resolve() != Path(resume).resolve():
+            if run_dir is not None and Path(run_dir).resolve() != Path(o.resume).resolve():
                 raise ConfigError("the run directory and the run to resume differ; a run resumes in its own")
-            config = resume_config(state, budget=budget, overrides=[*overrides, *extra])
-            check_resumable(config, state, resume, replay_checkpoint)
-            run_dir = Path(resume)
+            config = resume_config(state, budget=o.budget, overrides=overrides)
+            check_resumable(config, state, o.resume, o.replay_checkpoint)
+            run_dir = Path(o.resume)
             if workers is None:  # the run keeps its trainer unless asked for another
                 workers = 0 if state["trainer"] == "single" and not given else 1
         else:
@@ -123,18 +165,19 @@ class TrainingSession:
                 raise ConfigError("give a task (or resume=RUN_DIR to continue a run)")
             name = task_name(task)
             envs.validate_task(name)
-            config = load_config(name, obs=obs or "state", budget=budget, seed=0 if seed is None else seed,
-                                 overrides=[*overrides, *extra])
+            config = load_config(name, obs=o.obs or "state", budget=o.budget, seed=0 if o.seed is None else o.seed,
+                                 overrides=overrides)
             run_dir = Path(run_dir or f"runs/{envs.task_slug(config.env.task)}-{time.strftime('%Y%m%d-%H%M%S')}")
             if checkpoint_path(run_dir).exists():
                 raise ConfigError(f"{run_dir} already holds a run; continue it with --resume {run_dir} (resume=...), "
                                   "or give another run directory")
         workers = 1 if workers is None else workers
-        options = dict(device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval, progress=progress,
-                       threads=threads, resume=state, replay_checkpoint=replay_checkpoint)
+        trainer_options = dict(device=o.device, num_envs=o.num_envs, checkpoint_interval=o.checkpoint_interval,
+                               progress=o.progress, threads=o.threads, resume=state,
+                               replay_checkpoint=o.replay_checkpoint)
         if workers > 0:
-            options.update(workers=workers, **ray_only)
-        return cls(config, Path(run_dir), state, workers, options)
+            trainer_options.update(workers=workers, **ray_only)
+        return cls(config, Path(run_dir), state, workers, trainer_options)
 
     def run(self, log: Callable[[str], None] | None = print) -> dict:
         """Trains; returns the trainer's summary."""

@@ -37,51 +37,44 @@ def tasks(pattern):
         click.echo(f"{name:<{width}}  {mode}")
 
 
+def _help(name: str) -> str:
+    from ez_robot.api import TrainOptions
+
+    return TrainOptions.help(name)
+
+
 @main.command()
 @click.option("--task", default=None, help="Task name (see `ez-robot tasks`), e.g. cartpole_swingup or atari:Pong.")
-@click.option("--budget", default=None, help="Run length with a k/M suffix (Atari: agent steps; DMC: env steps).")
+@click.option("--budget", default=None, help=_help("budget"))
 @click.option("--obs", type=click.Choice(["state", "pixels"]), default="state", show_default=True,
               help="Observation kind for DMControl tasks.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--run-dir", type=click.Path(file_okay=False), default=None,
-              help="Run directory (default runs/<task>-<timestamp>).")
+@click.option("--run-dir", type=click.Path(file_okay=False), default=None, help=_help("run_dir"))
 @click.option("--resume", "resume_dir", type=click.Path(file_okay=False), default=None, metavar="RUN_DIR",
-              help="Continue the run in RUN_DIR from its checkpoint: counters, schedules and logs go on; "
-                   "a larger --budget extends a finished run.")
-@click.option("--workers", type=click.IntRange(min=0), default=None,
-              help="Self-play worker processes on Ray (an embedded local Ray unless --address); 0 runs "
-                   "everything in one process, without Ray.  [default: 1; a resumed run keeps its trainer]")
-@click.option("--reanalyze-workers", type=click.IntRange(min=0), default=None,
-              help="Ray: reanalyze worker processes (default: one per CPU, at most 8); 0 reanalyzes in the "
-                   "learner's process.")
-@click.option("--address", default=None, metavar="ADDR",
-              help="Ray: join a cluster (auto, or ray://host:10001); default: an embedded local Ray.")
-@click.option("--gpus", type=click.FloatRange(min=0), default=None,
-              help="Ray: GPUs shared by the learner and reanalyze inference (default: all that torch sees, "
-                   "none with --device cpu).")
-@click.option("--envs", "num_envs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Environments stepped together by each actor (batched search).")
+              help=_help("resume"))
+@click.option("--workers", type=click.IntRange(min=0), default=None, help=_help("workers"))
+@click.option("--reanalyze-workers", type=click.IntRange(min=0), default=None, help=_help("reanalyze_workers"))
+@click.option("--address", default=None, metavar="ADDR", help=_help("address"))
+@click.option("--gpus", type=click.FloatRange(min=0), default=None, help=_help("gpus"))
+@click.option("--envs", "num_envs", type=click.IntRange(min=1), default=1, show_default=True, help=_help("num_envs"))
 @click.option("--checkpoint-interval", type=click.IntRange(min=1), default=1000, show_default=True,
-              help="Training steps between checkpoints (one is also written at exit, Ctrl-C included).")
+              help=_help("checkpoint_interval"))
 @click.option("--replay-checkpoint/--no-replay-checkpoint", default=True, show_default=True,
-              help="Keep the replay buffer with the checkpoints (compressed, each segment written once), so "
-                   "that a resumed run goes on with its data.")
+              help=_help("replay_checkpoint"))
 @click.option("--config", "config_files", multiple=True, metavar="FILE|NAME",
               help="A YAML file of config overrides, nested as the presets are (train: {lr: 0.1}), or the name "
                    "of a recipe in configs/recipes (e.g. ezv2_states); applied in order, before --set "
                    "(repeatable).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override any config key, e.g. --set train.lr=0.1 (repeatable).")
-@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Torch threads per process; more help only large batches on an idle machine.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=_help("overrides"))
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help=_help("threads"))
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanalyze_workers, address, gpus, num_envs,
           checkpoint_interval, replay_checkpoint, config_files, overrides, threads, quiet):
     """Train an EfficientZero agent on TASK, or resume a run (--resume RUN_DIR)."""
     from click.core import ParameterSource
 
-    from ez_robot.api import TrainingSession
+    from ez_robot.api import TrainingRequest, TrainOptions
     from ez_robot.checkpoint import checkpoint_path
     from ez_robot.config import recipe_overrides
 
@@ -89,27 +82,28 @@ def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanaly
     if resume_dir is None and task is None:
         raise click.UsageError("give --task (or --resume RUN_DIR to continue a run)")
     with _user_errors():
-        overrides = [*(text for source in config_files for text in recipe_overrides(source)), *overrides]
-        session = TrainingSession.prepare(
-            task, budget=budget, seed=seed if given("seed") or resume_dir is None else None,
+        overrides = (*(text for source in config_files for text in recipe_overrides(source)), *overrides)
+        options = TrainOptions(
+            budget=budget, seed=seed if given("seed") or resume_dir is None else None,
             obs=obs if given("obs") or resume_dir is None else None, overrides=overrides, run_dir=run_dir,
             resume=resume_dir, workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus,
             device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval,
             replay_checkpoint=replay_checkpoint, threads=threads, progress=not quiet)
+        request = TrainingRequest.prepare(task, options)
     try:
         with _user_errors():
-            session.run(click.echo)
+            request.run(click.echo)
     except FloatingPointError as error:
-        where = session.run_dir
+        where = request.run_dir
         place = f"the last good checkpoint is in {where / 'checkpoints'}" if checkpoint_path(where).exists() \
             else "no checkpoint was written before it"
         raise click.ClickException(f"training diverged: {error}; {place} (a lower train.lr may help)") from None
     except KeyboardInterrupt:
-        if checkpoint_path(session.run_dir).exists():
-            click.echo(f"\ninterrupted; the checkpoint in {session.run_dir} resumes it: ez-robot train --resume "
-                       f"{session.run_dir}", err=True)
+        if checkpoint_path(request.run_dir).exists():
+            click.echo(f"\ninterrupted; the checkpoint in {request.run_dir} resumes it: ez-robot train --resume "
+                       f"{request.run_dir}", err=True)
         else:
-            click.echo(f"\ninterrupted before the first checkpoint; nothing to resume in {session.run_dir}",
+            click.echo(f"\ninterrupted before the first checkpoint; nothing to resume in {request.run_dir}",
                        err=True)
         raise SystemExit(130) from None
 

@@ -32,7 +32,7 @@ from ez_robot.ray_storage import ReplayWorker, SharedStorage
 from ez_robot.ray_workers import STEPS_PER_REQUEST, LearnerWorker, Reanalyzer, SelfPlayWorker, evaluate_weights, shippable
 from ez_robot.run_files import RunFiles, holds_run_dir
 from ez_robot.schedules import Counters, eval_interval_for, next_eval_after, replay_shortfall, total_train_steps
-from ez_robot.session import Session, interrupt_on_sigterm
+from ez_robot.progress import TrainingProgress, interrupt_on_sigterm
 from ez_robot.trainer import check_resumable
 
 __all__ = ["train"]
@@ -154,9 +154,9 @@ class _Pipeline:
             self.loops.update({("reanalyze", i): w.sweep.remote() for i, w in enumerate(self.reanalyzers)})
         self.retries: dict[tuple, float] = {}  # loops of workers Ray is restarting: when to start them again
         self.chunk = self._next_chunk(checkpoint_interval)
-        session, diverged = Session(c, self.config.agent_steps_budget, progress, max_seconds), False
+        clock, diverged = TrainingProgress(c, self.config.agent_steps_budget, progress, max_seconds), False
         try:
-            while self.busy() and session.tick(c):
+            while self.busy() and clock.tick(c):
                 ray.wait([r for r in [self.chunk, *self.loops.values(), *self.evals] if r is not None],
                          num_returns=1, timeout=0.5)
                 self._learning(checkpoint_interval)   # --- learner chunks, train metrics, checkpoints ---
@@ -170,9 +170,9 @@ class _Pipeline:
             self.files.log("diverged", c, error=str(error))
             raise
         finally:
-            session.close()
+            clock.close()
             self._shutdown(save=not diverged)
-        return session.summary(c, last_eval, self.seconds, finished=not self.busy(), restarts=self.restarts)
+        return clock.summary(c, last_eval, self.seconds, finished=not self.busy(), restarts=self.restarts)
 
     def busy(self) -> bool:
         """Training steps or self-play left (or a dead self-play worker to run again)."""

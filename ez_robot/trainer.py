@@ -25,7 +25,7 @@ from ez_robot.replay import ReplayBuffer
 from ez_robot.run_files import RunFiles, holds_run_dir
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, eval_interval_for, finished, next_eval_after,
                                 paced_train_steps, replay_shortfall, temperature_at, train_steps_due)
-from ez_robot.session import Session, interrupt_on_sigterm
+from ez_robot.progress import TrainingProgress, interrupt_on_sigterm
 from ez_robot.targets import sample_batch
 
 __all__ = ["train", "check_resumable", "replay_moves_at"]
@@ -88,15 +88,15 @@ class _Run:
             c.add_episode(episode.episode_return)
             files.log("episode", c, episode_return=episode.episode_return, length=episode.length)
 
-    def learn(self, files: RunFiles, checkpoint_interval: int, session: Session) -> None:
+    def learn(self, files: RunFiles, checkpoint_interval: int, clock: TrainingProgress) -> None:
         """Training steps until the learner is at train_steps_per_agent_step of the actor
-        (or the session's time is up).  The offline steps come TRAIN_LOG_INTERVAL at a time,
+        (or the time limit is reached).  The offline steps come TRAIN_LOG_INTERVAL at a time,
         after the evaluation at the budget, with the progress bar's updates in between."""
         c = self.counters
         paced = self.paced_train_steps
         stop = paced if c.train_steps < paced else c.train_steps + TRAIN_LOG_INTERVAL
         due = min(train_steps_due(self.config, c.agent_steps), stop)
-        while self.replay.ready() and c.train_steps < due and session.time_left():
+        while self.replay.ready() and c.train_steps < due and clock.time_left():
             metrics = self._train_step()
             c.train_steps += 1
             self._refresh_inference()
@@ -206,7 +206,7 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
 
     ``resume`` is the checkpoint of ``run_dir`` (:func:`ez_robot.checkpoint.read_checkpoint`)
     to go on from, with ``config`` its config (perhaps with a larger budget).
-    ``max_seconds`` stops the session earlier (a job's time limit, a benchmark), with a
+    ``max_seconds`` stops the training process earlier (a job's time limit, a benchmark), with a
     checkpoint that resumes it and without the final evaluation.  Ctrl-C and SIGTERM stop
     it with a checkpoint too."""
     set_threads(threads)
@@ -223,12 +223,12 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
     eval_interval = eval_interval_for(config, c, eval_interval)
     eval_episodes = eval_episodes or config.train.eval_episodes
     c.next_eval, last_eval, diverged = next_eval_after(c, eval_interval), {}, False
-    session = Session(c, config.agent_steps_budget, progress, max_seconds)
+    clock = TrainingProgress(c, config.agent_steps_budget, progress, max_seconds)
     try:
         with interrupt_on_sigterm():
-            while not run.done() and session.tick(c):
+            while not run.done() and clock.tick(c):
                 run.collect(files)                                  # --- self-play ---
-                run.learn(files, checkpoint_interval, session)       # --- reanalyze + learning ---
+                run.learn(files, checkpoint_interval, clock)         # --- reanalyze + learning ---
                 if c.agent_steps >= c.next_eval and not run.done():  # --- periodic evaluation ---
                     last_eval = run.evaluate(files, eval_episodes)
                     c.next_eval = (c.agent_steps // eval_interval + 1) * eval_interval
@@ -243,8 +243,8 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
         files.log("diverged", c, error=str(error))
         raise
     finally:
-        session.close()
+        clock.close()
         if not diverged:  # at the end, and on Ctrl-C, SIGTERM or any other error
             run.save(files)
         files.close()
-    return session.summary(c, last_eval, run.stopwatch.seconds, finished=run.done())
+    return clock.summary(c, last_eval, run.stopwatch.seconds, finished=run.done())

@@ -147,3 +147,20 @@ def test_train_smoke(tmp_path):
     assert records[-1]["agent_steps"] == 120
     events = list((run / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 100  # scalars were written, not just the file header
+
+
+def test_training_options_are_written_once_and_a_misspelt_one_is_named():
+    """The Python API and the command line take the same options (TrainOptions), and the
+    command line's help for each is the field's help."""
+    import dataclasses
+
+    import ez_robot
+    from ez_robot.api import TrainOptions
+    from ez_robot.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown training option 'worker'.*did you mean workers"):
+        ez_robot.train("gym:CartPole-v1", worker=0)
+    text = " ".join(ez("train", "--help").stdout.split())
+    for field in dataclasses.fields(TrainOptions):
+        if field.name not in ("obs", "seed", "device", "env_kwargs", "progress"):
+            assert " ".join(field.metadata["help"].split()) in text, field.name

@@ -239,10 +239,10 @@ def test_a_negative_reward_offset_is_named_where_episodes_can_end_early():
 ])
 def test_a_negative_reward_offset_with_the_papers_unvisited_q_is_named_before_training(monkeypatch, tmp_path,
                                                                                       overrides, caution):
-    from ez_robot.api import TrainingSession
+    from ez_robot.api import TrainingRequest, TrainOptions
 
-    session = TrainingSession.prepare("cartpole_swingup", budget="100k", overrides=overrides, workers=0,
-                                      run_dir=tmp_path / "run")
+    session = TrainingRequest.prepare("cartpole_swingup", TrainOptions(budget="100k", overrides=overrides, workers=0,
+                                                                      run_dir=tmp_path / "run"))
     summary = {"last_eval": {}, "agent_steps": 0, "train_steps": 0, "wall_seconds": 0.0}
     monkeypatch.setattr("ez_robot.trainer.train", lambda config, run_dir, **options: summary)
     lines = []
@@ -257,10 +257,11 @@ def test_a_negative_reward_offset_with_the_papers_unvisited_q_is_named_before_tr
                                                 ("state", False, False)])
 def test_training_from_pixels_on_a_cpu_is_named_before_it_starts(monkeypatch, tmp_path, obs, cuda, caution):
     """A pixel run on a CPU takes days (~20-30 s a training step); the user hears it first."""
-    from ez_robot.api import TrainingSession
+    from ez_robot.api import TrainingRequest, TrainOptions
 
     monkeypatch.setattr("torch.cuda.is_available", lambda: cuda)
-    session = TrainingSession.prepare("cartpole_swingup", obs=obs, budget="100k", workers=0, run_dir=tmp_path / "run")
+    session = TrainingRequest.prepare("cartpole_swingup", TrainOptions(obs=obs, budget="100k", workers=0,
+                                                                      run_dir=tmp_path / "run"))
     summary = {"last_eval": {}, "agent_steps": 0, "train_steps": 0, "wall_seconds": 0.0}
     monkeypatch.setattr("ez_robot.trainer.train", lambda config, run_dir, **options: summary)
     lines = []

@@ -1,5 +1,5 @@
-"""One training session (a run, or the part of it since a resume): its progress bar, time
-limit, rates, and the signals that stop it with a checkpoint."""
+"""The progress of one training process (a run, or the part of it since a resume): its
+progress bar, time limit and rates, and the signals that stop it with a checkpoint."""
 from __future__ import annotations
 
 import contextlib
@@ -11,7 +11,7 @@ import numpy as np
 
 from ez_robot.schedules import Counters
 
-__all__ = ["Session", "interrupt_on_sigterm"]
+__all__ = ["TrainingProgress", "interrupt_on_sigterm"]
 
 
 @contextlib.contextmanager
@@ -32,8 +32,8 @@ def interrupt_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-class Session:
-    """Progress, the time limit and the rates of a session, over the whole session and
+class TrainingProgress:
+    """Progress, the time limit and the rates of a training process, over all of it and
     over its training phase (once the replay buffer filled and the learner started)."""
 
     def __init__(self, counters: Counters, budget_steps: int, progress: bool, max_seconds: float | None):
