@@ -13,7 +13,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
 
-from ez_robot import envs  # noqa: E402
+from ez_robot.config import make_env  # noqa: E402
 
 
 def rate(env, steps: int, seed: int = 0) -> float:
@@ -55,7 +55,7 @@ def main():
     print(f"| raw dm_control cartpole swingup (no wrapper) | - | {raw:,.0f} |", flush=True)
     for task, obs, steps in [("cartpole_swingup", "state", args.steps), ("cartpole_swingup", "pixels", args.steps // 4),
                              ("atari:Pong", "pixels", args.steps)]:
-        env = envs.make(task, seed=0, obs=obs)
+        env = make_env(task, seed=0, obs=obs)
         repeat = env.get_wrapper_attr("action_repeat") if not task.startswith("atari:") else 4
         r = rate(env, steps)
         print(f"| {task} ({obs}, action repeat {repeat}) | {r:,.0f} | {r * repeat:,.0f} |", flush=True)

@@ -35,7 +35,7 @@ from ez_robot.builders import env_spec
 from ez_robot.errors import EzRobotError
 from ez_robot.inference import run_search
 from ez_robot.action_modes import mode_action
-from ez_robot.envs import _dmc_tasks
+from ez_robot.envs.dmc import dmc_tasks
 from ez_robot.envs.dmc import DMControlEnv
 
 FIRST_DECISION = 30  # past the start-up transient of every DMC task measured
@@ -154,7 +154,7 @@ def main() -> None:
         agent = ez_robot.load(args.run, checkpoint=args.checkpoint, search_overrides=args.set)
     except EzRobotError as error:
         parser.error(str(error))
-    names = _dmc_tasks()
+    names = dmc_tasks()
     if agent.task not in names or agent.config.env.obs != "state":
         parser.error(f"{args.run} trained {agent.task} from {agent.config.env.obs}; this measures dm_control "
                      "tasks from states")

@@ -9,16 +9,23 @@
 - an episode cap of 108,000 frames (27,000 agent steps), reported as ``truncated``;
 - ``mode="train"``: a lost life ends the episode (``terminated``) and rewards are clipped
   to their sign; ``mode="eval"``: raw game scores and whole games.
+
+:class:`AtariSuite` is the registry's suite of these games (``atari:<Game>``).
 """
 from __future__ import annotations
 
 import difflib
 import functools
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["atari_games", "make_atari"]
+from ez_robot.envs.suite import Suite
+
+__all__ = ["atari_games", "make_atari", "AtariSuite"]
+
+PREFIX = "atari:"
 
 
 @functools.cache
@@ -89,3 +96,39 @@ def make_atari(game: str, *, seed: int | None = None, mode: str = "train", frame
     env.action_space.seed(seed)
     return env
 
+
+class AtariSuite(Suite):
+    """``atari:<Game>``: every game ale-py ships (``atari:Pong``, ``atari:MsPacman``),
+    always from pixels (preset ``atari``)."""
+
+    kind = "atari"
+
+    def claims(self, task: str) -> bool:
+        return task.startswith(PREFIX)
+
+    def task_names(self) -> list[str]:
+        return [f"{PREFIX}{game}" for game in atari_games()]
+
+    def knows(self, task: str) -> bool:
+        return task.removeprefix(PREFIX) in atari_games()
+
+    def preset_family(self, task: str, obs: str) -> str:
+        return "atari"
+
+    def make(self, env_config: Any, *, seed: int | None, mode: str) -> gym.Env:
+        return make_atari(env_config.task.removeprefix(PREFIX), seed=seed, mode=mode,
+                          frame_size=env_config.frame_size, frame_stack=env_config.frame_stack,
+                          frame_skip=env_config.action_repeat, noop_max=env_config.noop_max,
+                          max_episode_frames=env_config.max_episode_frames)
+
+    def action_dims(self, task: str, kwargs: dict) -> int | None:
+        return None  # the minimal action set: Discrete
+
+    def made(self, env: gym.Env) -> bool:
+        return hasattr(env.unwrapped, "ale")
+
+    def control_period(self, env: gym.Env, env_config: Any) -> float | None:
+        return env_config.action_repeat / 60.0  # the ALE runs 60 frames per second
+
+    def render_frame(self, env: gym.Env) -> np.ndarray:
+        return env.unwrapped.ale.getScreenRGB()  # the game screen, not the agent's downscaled frames

@@ -9,6 +9,8 @@ so each gets the same robot.  A factory whose signature takes ``render_mode`` ge
 Each mistake a user can make here is a :class:`ez_robot.errors.ConfigError` that says
 what is wrong: a file or module that is not there, a name the module does not define, a
 factory that raises (with where), or one that returns something other than an Env.
+
+:class:`FactorySuite` is the registry's suite of these tasks.
 """
 from __future__ import annotations
 
@@ -24,14 +26,38 @@ from typing import Callable
 
 import gymnasium as gym
 
+from ez_robot.envs.suite import StateSuite
 from ez_robot.errors import ConfigError
 
-__all__ = ["is_custom_task", "split_task", "load_factory", "make_custom", "absolute_task"]
+__all__ = ["FactorySuite", "split_task", "load_factory", "make_custom", "absolute_task"]
 
 
-def is_custom_task(task: str) -> bool:
-    """``module:factory`` or ``file.py:factory`` (not ``atari:`` or ``gym:``)."""
-    return ":" in task and not task.startswith(("atari:", "gym:"))
+class FactorySuite(StateSuite):
+    """``package.module:factory`` or ``path/to/file.py:factory``: a user's own env (preset
+    ``custom``).  The registry asks it last: it claims every ``source:name`` that no
+    prefixed suite (``atari:``, ``gym:``) claimed before it."""
+
+    kind = "custom"
+
+    def claims(self, task: str) -> bool:
+        return ":" in task
+
+    def knows(self, task: str) -> bool:
+        load_factory(task)  # a ConfigError that says why not: no such file, no such name, ...
+        return True
+
+    def preset_family(self, task: str, obs: str) -> str:
+        return "custom"
+
+    def slug(self, task: str) -> str:
+        """``reach_arm-make_arm``: the file's or module's last part, and the factory's name."""
+        source, name = split_task(task)
+        stem = source.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py") if source.endswith(".py") \
+            else source.rsplit(".", 1)[-1]
+        return f"{stem}-{name}"
+
+    def base_env(self, task: str, kwargs: dict, *, render: bool) -> gym.Env:
+        return make_custom(task, kwargs, render=render)
 
 
 def split_task(task: str) -> tuple[str, str]:
@@ -45,12 +71,10 @@ def split_task(task: str) -> tuple[str, str]:
 def absolute_task(task: str) -> str:
     """A file task with its path made absolute (Ray workers and resumed runs may start in
     another directory); module tasks and every other task name as they are."""
-    if not is_custom_task(task):
+    if not task.rpartition(":")[0].endswith(".py"):  # only a factory's source names a .py file
         return task
     source, name = split_task(task)
-    if source.endswith(".py"):
-        return f"{Path(source).expanduser().resolve()}:{name}"
-    return task
+    return f"{Path(source).expanduser().resolve()}:{name}"
 
 
 def load_factory(task: str) -> Callable[..., gym.Env]:

@@ -9,22 +9,46 @@ A thin adapter of our own over ``dm_control.suite`` (no Shimmy layer in the step
   frames (square, channel-first uint8, the last ``frame_stack`` frames stacked);
 - suite episodes end by time limit, which is ``truncated`` (value targets keep
   bootstrapping); only a zero discount from the task would be ``terminated``.
+
+:class:`DMControlSuite` is the registry's suite of these tasks (``<domain>_<task>``).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections import deque
+from typing import Any
 
-# Headless rendering on CPU: EGL works here without OS packages, GLFW needs a display.
-# It must be set before dm_control (and so mujoco's GL backend) is imported.
-os.environ.setdefault("MUJOCO_GL", "egl")
+import gymnasium as gym
+import numpy as np
 
-import gymnasium as gym  # noqa: E402
-import numpy as np  # noqa: E402
+from ez_robot.envs.suite import Suite
+
+__all__ = ["DMControlEnv", "DMControlSuite", "dmc_tasks"]
 
 
-__all__ = ["DMControlEnv"]
+def _dm_control_suite():
+    """``dm_control.suite``, with headless rendering chosen first: EGL works on a CPU
+    without OS packages, GLFW needs a display, and dm_control (and so mujoco's GL backend)
+    reads ``MUJOCO_GL`` when it is imported."""
+    os.environ.setdefault("MUJOCO_GL", "egl")
+    from dm_control import suite
+
+    return suite
+
+
+@functools.cache
+def dmc_tasks() -> dict[str, tuple[str, str]]:
+    """Every task of ``dm_control.suite`` by its ez-robot name: ``{"walker_walk": ("walker", "walk")}``."""
+    return {f"{domain}_{task}": (domain, task) for domain, task in _dm_control_suite().ALL_TASKS}
+
+
+@functools.cache
+def _domain_action_dims(domain: str) -> int:
+    """The tasks of a dm_control domain share its model, and so its actuators."""
+    name = next(task for d, task in dmc_tasks().values() if d == domain)
+    return int(np.prod(_dm_control_suite().load(domain, name).action_spec().shape))
 
 
 class _DropSettotalmass(logging.Filter):
@@ -48,8 +72,7 @@ class DMControlEnv(gym.Env):
     def __init__(self, domain: str, task: str, *, seed: int | None = None, obs: str = "state",
                  action_repeat: int = 1, frame_size: int = 84, frame_stack: int = 3, camera_id: int | None = None,
                  render_size: tuple[int, int] = (240, 320)):
-        from dm_control import suite
-
+        suite = _dm_control_suite()
         self._kwargs = dict(domain=domain, task=task, seed=seed, obs=obs, action_repeat=action_repeat,
                             frame_size=frame_size,
                             frame_stack=frame_stack, camera_id=camera_id, render_size=render_size)
@@ -129,3 +152,36 @@ class DMControlEnv(gym.Env):
 
 def _rebuild(kwargs: dict) -> DMControlEnv:
     return DMControlEnv(**kwargs)
+
+
+class DMControlSuite(Suite):
+    """``<domain>_<task>``: every task of ``dm_control.suite`` (``cartpole_swingup``,
+    ``ball_in_cup_catch``), from states (preset ``dmc_state``) or pixels (``dmc_pixels``)."""
+
+    kind = "dmc"
+
+    def claims(self, task: str) -> bool:
+        return ":" not in task
+
+    def task_names(self) -> list[str]:
+        return sorted(dmc_tasks())
+
+    def knows(self, task: str) -> bool:
+        return task in dmc_tasks()
+
+    def preset_family(self, task: str, obs: str) -> str:
+        return "dmc_pixels" if obs == "pixels" else "dmc_state"
+
+    def make(self, env_config: Any, *, seed: int | None, mode: str) -> gym.Env:
+        domain, name = dmc_tasks()[env_config.task]
+        return DMControlEnv(domain, name, seed=seed, obs=env_config.obs, action_repeat=env_config.action_repeat,
+                            frame_size=env_config.frame_size, frame_stack=env_config.frame_stack)
+
+    def action_dims(self, task: str, kwargs: dict) -> int | None:
+        return _domain_action_dims(dmc_tasks()[task][0])
+
+    def made(self, env: gym.Env) -> bool:
+        return isinstance(env.unwrapped, DMControlEnv)
+
+    def control_period(self, env: gym.Env, env_config: Any) -> float | None:
+        return float(env.unwrapped.control_period)  # the simulator's control step, action repeat included

@@ -157,7 +157,7 @@ class Policy:
             try:
                 self._search_config.replace(num_simulations=num_simulations)
             except (TypeError, ValueError) as error:
-                raise ConfigError(str(error).replace("SearchConfig.", "")) from None
+                raise ConfigError(str(error)) from None
         self.num_simulations = self._search_config.num_simulations if num_simulations is None else num_simulations
         """Simulations per decision (the trained config's by default)."""
         self.deadline_ms = deadline_ms

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Tuple
@@ -22,6 +21,7 @@ import numpy as np
 
 from ez_robot.ctree import Tree
 from ez_robot.action_modes import ActionSpec, sample_candidates
+from ez_robot.checks import check, is_finite_number, is_int, one_of
 
 __all__ = ["SearchConfig", "RootOutput", "SearchOutput", "RecurrentFn", "search", "simulate", "puct_policy",
            "gumbel_policy", "visit_policy", "MAX_SIMULATIONS"]
@@ -90,18 +90,14 @@ class SearchConfig:
     "mean")."""
 
     def __post_init__(self):
-        if isinstance(self.num_simulations, bool) or not isinstance(self.num_simulations, (int, np.integer)):
-            raise TypeError(f"SearchConfig.num_simulations must be an int, got {self.num_simulations!r}")
-        for name in ("num_candidates", "root_policy_samples", "interior_candidates"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"SearchConfig.{name} must be an int, got {value!r}")
-        for name in ("c1", "c2", "discount", "dirichlet_alpha", "dirichlet_fraction", "temperature",
-                     "min_max_epsilon", "wide_scale", "c_visit", "c_scale", "candidate_bound"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not math.isfinite(value):
-                raise ValueError(f"SearchConfig.{name} must be a finite number, got {value!r}")
-        checks = [
+        ints = ("num_simulations", "num_candidates", "root_policy_samples", "interior_candidates")
+        reals = ("c1", "c2", "discount", "dirichlet_alpha", "dirichlet_fraction", "temperature", "min_max_epsilon",
+                 "wide_scale", "c_visit", "c_scale", "candidate_bound")
+        # the types first: the ranges below compare them
+        check("search", self, [(name, is_int(getattr(self, name)), "an int") for name in ints])
+        check("search", self, [(name, is_finite_number(getattr(self, name)), "a finite number") for name in reals])
+        check("search", self, [
+            ("root_unvisited_q", self.root_unvisited_q in ROOT_UNVISITED_Q, one_of(ROOT_UNVISITED_Q)),
             ("num_simulations", 0 <= self.num_simulations <= MAX_SIMULATIONS, f"in [0, {MAX_SIMULATIONS}]"),
             ("c1", self.c1 > 0, "> 0"),
             ("c2", self.c2 > 0, "> 0"),
@@ -120,13 +116,7 @@ class SearchConfig:
             ("candidate_bound", 0.0 < self.candidate_bound <= 1.0, "in (0, 1]"),
             ("c_visit", self.c_visit >= 0, ">= 0"),
             ("c_scale", self.c_scale > 0, "> 0"),
-        ]
-        if self.root_unvisited_q not in ROOT_UNVISITED_Q:
-            raise ValueError(f"SearchConfig.root_unvisited_q must be one of {ROOT_UNVISITED_Q}, "
-                             f"got {self.root_unvisited_q!r}")
-        for name, ok, rule in checks:
-            if not ok:
-                raise ValueError(f"SearchConfig.{name} must be {rule}, got {getattr(self, name)!r}")
+        ])
 
     def replace(self, **changes) -> "SearchConfig":
         return dataclasses.replace(self, **changes)

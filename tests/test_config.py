@@ -1,5 +1,10 @@
 """Config presets, overrides, budgets and their error messages."""
+import ast
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,7 +73,7 @@ def test_dmc_state_joint_mode_learns_costs_with_the_roots_mean_q():
 
 
 def test_overrides_read_json_numbers_as_yaml_would_not():
-    """Recipes and envs.make() write their values with json.dumps; a factory's keyword
+    """Recipes and make_env() write their values with json.dumps; a factory's keyword
     arguments are not typed, so 1e-05 must arrive as a float."""
     assert parse_override("env.kwargs.gain=1e-05") == ("env.kwargs.gain", 1e-05)
     assert parse_override("env.kwargs={\"gain\": 2e-06, \"name\": \"arm\"}") == ("env.kwargs", {"gain": 2e-06, "name": "arm"})
@@ -270,3 +275,106 @@ def test_training_from_pixels_on_a_cpu_is_named_before_it_starts(monkeypatch, tm
     assert len(named) == caution
     if caution:
         assert named[0].startswith("caution:") and "--device auto" in named[0]
+
+
+@pytest.mark.parametrize("section, key, value, match", [
+    ("env", "action_repeat", 0, r"env.action_repeat must be >= 1, got 0"),
+    ("env", "reward_offset", float("nan"), r"env.reward_offset must be a finite number, got nan"),
+    ("model", "state_body", "resnet", r"model.state_body must be 'mlp' or 'residual', got 'resnet'"),
+    ("replay", "priority_alpha", 2.0, r"replay.priority_alpha must be in \[0, 1\], got 2.0"),
+    ("train", "compile", "max", r"train.compile must be 'none', 'default' or 'reduce-overhead', got 'max'"),
+    ("reanalyze", "mode", "sweep", r"reanalyze.mode must be 'batch' or 'buffer', got 'sweep'"),
+    ("search", "num_simulations", -1, r"search.num_simulations must be in \[0, 100000\], got -1"),
+    ("search", "c1", float("inf"), r"search.c1 must be a finite number, got inf"),
+    ("search", "root_unvisited_q", "max", r"search.root_unvisited_q must be 'zero' or 'mean', got 'max'"),
+])
+def test_every_section_checks_its_fields_alike(section, key, value, match):
+    """Built in code or from --set, a bad value is a ConfigError naming the key as a user
+    writes it; SearchConfig (the torch-free search's) included."""
+    from ez_robot.config import SECTIONS
+
+    with pytest.raises(ConfigError, match=f"^{match}$"):
+        SECTIONS[section](**{key: value})
+    with pytest.raises(ConfigError, match=f"^{match}$"):
+        load_config("cartpole_swingup", overrides=[f"{section}.{key}={json.dumps(value)}"])
+
+
+def test_a_search_config_built_in_code_with_a_wrong_type_is_a_config_error():
+    """--set reads the type first (``search.num_simulations must be int``); in code,
+    SearchConfig's own check says the same, as a ConfigError (a ValueError)."""
+    from ez_robot.config import SearchConfig
+
+    for key, value in [("num_simulations", 2.5), ("num_candidates", True), ("num_simulations", "8")]:
+        with pytest.raises(ConfigError, match=f"^search.{key} must be an int, got {value!r}$"):
+            SearchConfig(**{key: value})
+    with pytest.raises(ConfigError, match=r"^search.num_simulations must be int, got 2.5$"):
+        load_config("cartpole_swingup", overrides=["search.num_simulations=2.5"])
+
+
+def test_importing_the_config_leaves_the_task_registry_unloaded():
+    """A saved run's or a bundle's config loads without the training extras; the registry
+    (and gymnasium) are imported when a task is first asked about."""
+    code = ("import sys, ez_robot.config; "
+            "print(sorted(m for m in ('ez_robot.envs', 'gymnasium', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that importing ``name`` (at ``path``) runs, from any import
+    statement in it, those inside functions included: the module named, and the package
+    ``__init__`` modules on the way that are not already running (the importer's own)."""
+    targets = set()
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            named = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            # `from package import module` runs the module; `from module import name` needs the module run
+            named = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        for target in named:
+            parts = target.split(".")
+            chain = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+            targets |= {m for m in chain if m in modules and (m == target or not name.startswith(m + "."))}
+    targets.discard(name)
+    return targets
+
+
+def test_the_config_asks_the_task_registry_one_way():
+    """``ez_robot.config`` may import ``ez_robot.envs``; no module of ``ez_robot.envs``
+    imports the config (not even inside a function), and no import cycle runs through
+    the config, the envs or the shared field checks."""
+    import ez_robot.checks
+    import ez_robot.config
+    import ez_robot.envs
+
+    paths = {"ez_robot.checks": Path(ez_robot.checks.__file__)}
+    for package in (ez_robot.config, ez_robot.envs):
+        for path in Path(package.__file__).parent.glob("*.py"):
+            paths[package.__name__ if path.stem == "__init__" else f"{package.__name__}.{path.stem}"] = path
+    graph = {name: _imports(path, name, set(paths)) for name, path in paths.items()}
+    assert {"ez_robot.envs", "ez_robot.config.loading", "ez_robot.envs.registry"} <= set(graph)
+    assert "ez_robot.envs" in graph["ez_robot.config.tasks"]  # the config does ask the registry
+    for name, targets in graph.items():
+        if name.startswith("ez_robot.envs"):
+            assert not [t for t in targets if t.startswith("ez_robot.config")], name
+    done, path = set(), []
+
+    def visit(name):  # depth-first: a module met again on the current path closes a cycle
+        assert name not in path, f"import cycle: {' -> '.join(path[path.index(name):] + [name])}"
+        if name in done:
+            return
+        path.append(name)
+        for target in sorted(graph[name]):
+            visit(target)
+        path.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from ez_robot import envs
+from ez_robot.config import make_env
 from ez_robot.envs.atari import atari_games, make_atari
 
 
@@ -15,7 +15,7 @@ def test_games_listed():
 
 
 def test_check_env_and_spaces():
-    env = envs.make("atari:Pong", seed=0)
+    env = make_env("atari:Pong", seed=0)
     check_env(env.unwrapped, skip_render_check=True)
     check_env(env, skip_render_check=True)
     obs, _ = env.reset(seed=0)
@@ -33,7 +33,7 @@ def test_stack_is_channel_first_oldest_first():
 
 
 def test_same_seed_same_observations():
-    a, b = envs.make("atari:Pong", seed=5), envs.make("atari:Pong", seed=5)
+    a, b = make_env("atari:Pong", seed=5), make_env("atari:Pong", seed=5)
     np.testing.assert_array_equal(a.reset(seed=5)[0], b.reset(seed=5)[0])
     for action in [0, 2, 3, 2, 1]:
         np.testing.assert_array_equal(a.step(action)[0], b.step(action)[0])
@@ -87,7 +87,7 @@ def test_episode_cap_truncates():
 
 
 def test_pickles():
-    env = envs.make("atari:Pong", seed=0)
+    env = make_env("atari:Pong", seed=0)
     clone = pickle.loads(pickle.dumps(env))
     obs, _ = clone.reset(seed=3)
     assert obs.shape == (12, 96, 96)

@@ -8,9 +8,8 @@ import pytest
 from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
-from ez_robot import envs
 from ez_robot.actor import Actor
-from ez_robot.config import load_config
+from ez_robot.config import load_config, make_env
 from ez_robot.envs.wrappers import (TASK_REWARD, FactorizedActions, FlatObservations, JointDiscreteActions,
                                     NormalizedActions, RepeatAction, observation_layout)
 from ez_robot.errors import ConfigError, ObservationError
@@ -35,7 +34,7 @@ def test_action_wrappers_pass_check_env_on_their_own(wrap):
     ("tests.custom_envs:make_point", {}), ("tests.custom_envs:make_point", {"action_mode": "gaussian"}),
 ])
 def test_every_registry_path_passes_check_env(task, options):
-    env = envs.make(task, seed=0, **options)
+    env = make_env(task, seed=0, **options)
     check_env(env, skip_render_check=True)
     clone = pickle.loads(pickle.dumps(env))  # Ray ships what it is given by pickling
     np.testing.assert_array_equal(clone.reset(seed=3)[0], env.reset(seed=3)[0])
@@ -82,7 +81,7 @@ def test_dict_observations_flatten_in_the_space_order():
 
 
 def test_an_observation_that_changes_shape_is_a_clear_error():
-    env = envs.make("tests.custom_envs:make_shape_changer", seed=0)
+    env = make_env("tests.custom_envs:make_shape_changer", seed=0)
     env.reset(seed=0)
     env.step(env.action_space.sample())
     env.step(env.action_space.sample())
@@ -97,7 +96,7 @@ def test_an_observation_that_changes_shape_is_a_clear_error():
 ])
 def test_spaces_we_cannot_handle_are_refused_by_name(factory, message):
     with pytest.raises(ConfigError, match=message):
-        envs.make(f"tests.custom_envs:{factory}")
+        make_env(f"tests.custom_envs:{factory}")
 
 
 def test_repeat_action_sums_rewards_and_stops_at_the_episode_end():
@@ -115,12 +114,12 @@ def test_repeat_action_sums_rewards_and_stops_at_the_episode_end():
 def test_reward_scale_applies_to_training_envs_only():
     rewards = {}
     for mode in ("train", "eval"):
-        env = envs.make("gym:Pendulum-v1", seed=0, mode=mode, reward_scale=10.0)
+        env = make_env("gym:Pendulum-v1", seed=0, mode=mode, reward_scale=10.0)
         env.reset(seed=0)
         rewards[mode] = env.step(2)[1]
     assert rewards["train"] == pytest.approx(10 * rewards["eval"]) and rewards["eval"] < 0
     with pytest.raises(ConfigError, match="env.reward_scale must be > 0"):
-        envs.make("gym:Pendulum-v1", reward_scale=0.0)
+        make_env("gym:Pendulum-v1", reward_scale=0.0)
 
 
 def test_reward_offset_is_per_simulator_step_and_for_training_envs_only():
@@ -132,32 +131,32 @@ def test_reward_offset_is_per_simulator_step_and_for_training_envs_only():
             "paper": {"reward_offset": 0.0}}
     rewards = {}
     for name, options in arms.items():
-        env = envs.make("cartpole_swingup", seed=0, **options)
+        env = make_env("cartpole_swingup", seed=0, **options)
         env.reset(seed=0)
         rewards[name] = [env.step(a)[1] for a in (0, 4, 2)]
     assert rewards["eval"][0] > 0
     assert rewards["train"] == pytest.approx([r - 8 for r in rewards["eval"]], abs=1e-5)
     assert rewards["scaled"] == pytest.approx([0.5 * (r - 8) for r in rewards["eval"]], abs=1e-5)
     assert rewards["preset"] == rewards["train"] and rewards["paper"] == rewards["eval"]
-    sampled = {"eval": envs.make("cartpole_swingup", seed=0, mode="eval", action_mode="gaussian"),
-               "train": envs.make("cartpole_swingup", seed=0, action_mode="gaussian")}
+    sampled = {"eval": make_env("cartpole_swingup", seed=0, mode="eval", action_mode="gaussian"),
+               "train": make_env("cartpole_swingup", seed=0, action_mode="gaussian")}
     for env in sampled.values():
         env.reset(seed=0)
     moves = [np.full(1, -1.0, np.float32), np.ones(1, np.float32)]
     assert [sampled["train"].step(a)[1] for a in moves] == [sampled["eval"].step(a)[1] for a in moves]
     with pytest.raises(ConfigError, match="env.reward_offset must be a finite number"):
-        envs.make("cartpole_swingup", reward_offset=float("nan"))
+        make_env("cartpole_swingup", reward_offset=float("nan"))
 
 
 def test_training_episodes_are_logged_in_the_tasks_units_and_trained_in_the_shaped_ones():
     """The actor stores the shaped rewards for training but counts an episode's return in
     the task's own reward (``info[TASK_REWARD]``), so the progress bar and ``metrics.jsonl``
     read as the evaluations do: CartPole-v1 pays 1 per step, trained as 3 * (1 - 2) = -3."""
-    env = envs.make("gym:CartPole-v1", seed=0, reward_scale=3.0, reward_offset=-2.0)
+    env = make_env("gym:CartPole-v1", seed=0, reward_scale=3.0, reward_offset=-2.0)
     env.reset(seed=0)
     _, reward, _, _, info = env.step(0)
     assert (reward, info[TASK_REWARD]) == (pytest.approx(-3.0), 1.0)
-    evaluation = envs.make("gym:CartPole-v1", seed=0, mode="eval")
+    evaluation = make_env("gym:CartPole-v1", seed=0, mode="eval")
     evaluation.reset(seed=0)
     assert TASK_REWARD not in evaluation.step(0)[4]  # no shaping there: the reward is the task's
     config = load_config("gym:CartPole-v1", overrides=["search.num_simulations=4"])
@@ -175,14 +174,14 @@ def test_training_episodes_are_logged_in_the_tasks_units_and_trained_in_the_shap
 def test_a_robot_that_falls_terminates_and_a_time_limit_truncates():
     """gym: tasks keep the env's own ending: InvertedPendulum-v5 terminates when the pole
     falls (value 0 after it), Pendulum-v1 is cut by its time limit (bootstrapped)."""
-    env = envs.make("gym:InvertedPendulum-v5", seed=0)
+    env = make_env("gym:InvertedPendulum-v5", seed=0)
     env.reset(seed=0)
     for step in range(1, 1000):
         _, _, terminated, truncated, _ = env.step(env.action_space.n - 1)  # full push one way
         if terminated or truncated:
             break
     assert terminated and not truncated and step < 100
-    env = envs.make("gym:Pendulum-v1", seed=0)
+    env = make_env("gym:Pendulum-v1", seed=0)
     env.reset(seed=0)
     endings = [env.step(0)[2:4] for _ in range(200)]
     assert endings[-1] == (False, True) and not any(t for t, _ in endings[:-1])
