@@ -20,8 +20,8 @@ from ez_robot.config import Config, search_config
 from ez_robot.errors import ConfigError, RunError
 from ez_robot.networks import (gaussian_policy, policy_entropy, policy_log_prob, scalar_to_support, scale_gradient,
                                support_to_scalar)
-from ez_robot.reanalyze import Targets
-from ez_robot.targets import BatchContext
+from ez_robot.batch import Batch
+from ez_robot.targets import Targets
 
 __all__ = ["Learner", "augment"]
 
@@ -82,7 +82,7 @@ class Learner:
             x = augment(x, self.generator)
         return x
 
-    def step(self, context: BatchContext, targets: Targets, weights: np.ndarray) -> tuple[dict, np.ndarray]:
+    def step(self, context: Batch, targets: Targets, weights: np.ndarray) -> tuple[dict, np.ndarray]:
         """One optimizer step.  Returns (metrics, new priorities [B] = |v_0 - z_0|)."""
         t, net, dev = self.config.train, self.net, self.device
         if not np.isfinite(targets.value).all():
