@@ -304,7 +304,7 @@ def test_the_learner_stacks_the_frames_of_a_context_as_the_segments_do():
         replay.add(dataclasses.replace(mdp_segment(rng), frames=frames, frame_stack=stack))
     ref, context, targets = batch(config, net, replay, rng)
     learner, seen = Learner(net, config, 100, torch.device("cpu")), []
-    learner._observations = lambda obs: seen.append(obs.clone()) or obs
+    learner._augment = lambda obs: seen.append(obs.clone()) or obs
     learner.step(context, targets, ref.weights)
     trained = seen[0].reshape(context.observations.shape).numpy()
     np.testing.assert_array_equal(trained, context.observations)
