@@ -57,15 +57,15 @@ class ModelCalls(NamedTuple):
 class Unroll:
     """The model's predictions along one unroll of K steps; list index u = 0..K."""
 
-    hidden: list = field(default_factory=list)
+    hidden: list[torch.Tensor] = field(default_factory=list)
     """K + 1 of [B, *hidden_shape]: s_0 = H(o_t), s_u = G(s_{u-1}, a_{t+u-1})."""
-    value_logits: list = field(default_factory=list)
+    value_logits: list[torch.Tensor] = field(default_factory=list)
     """K + 1 of [B, value bins]."""
-    policy_logits: list = field(default_factory=list)
+    policy_logits: list[torch.Tensor] = field(default_factory=list)
     """K + 1 of [B, P]: policy-head outputs (joint: the A logits)."""
-    value_prefix_logits: list = field(default_factory=list)
+    value_prefix_logits: list[torch.Tensor] = field(default_factory=list)
     """K of [B, reward bins]: after the actions a_t .. a_{t+u-1}, u = 1..K."""
-    projections: list = field(default_factory=list)
+    projections: list[torch.Tensor] = field(default_factory=list)
     """K of [B, projection_out]: the predictor's P(proj(s_u)), u = 1..K (empty: no consistency)."""
     projection_targets: torch.Tensor | None = None
     """[B, K, projection_out] proj(H(o_{t+u})), u = 1..K, without gradient (None: no consistency)."""
@@ -223,11 +223,12 @@ class EfficientZeroLoss:
         logged term's batch mean per step; a term switched off logs 0."""
         K = self.train.unroll_steps
         metrics = {"loss": loss.item()}
-        for term in TERMS:
-            if term.logged:
-                value = terms.get(term.name)
-                per_step = None if value is None else value if term.steps == ROOT else value / K
-                metrics[term.name] = 0.0 if per_step is None else per_step.mean().item()
+        for term in (term for term in TERMS if term.logged):
+            value = terms.get(term.name)
+            if value is None:  # switched off (train.consistency): 0, so that every run logs the same metrics
+                metrics[term.name] = 0.0
+            else:
+                metrics[term.name] = (value if term.steps == ROOT else value / K).mean().item()
         return metrics
 
     def diagnostics(self, terms: dict) -> dict:
