@@ -78,8 +78,9 @@ def unroll(model: ModelCalls, observations: torch.Tensor, actions: torch.Tensor,
     ``observations`` [B, K + 1, *obs_shape] o_t .. o_{t+K}; ``actions`` [B, K] indices or
     [B, K, D] vectors.  The LSTM restarts every ``lstm_horizon`` steps, as in the search.
     With ``consistency`` the unroll also projects its hidden states and, without gradient,
-    those of the real observations o_{t+1} .. o_{t+K}.  The calls come in a fixed order
-    (BatchNorm's running statistics see them so)."""
+    those of the real observations o_{t+1} .. o_{t+K}.  The network calls come in a fixed
+    order (o_t, the consistency targets, then step by step), on which BatchNorm's running
+    statistics and the rounding of the gradients depend."""
     batch, K = observations.shape[0], actions.shape[1]
     first = model.initial(observations[:, 0])
     out = Unroll([first.hidden], [first.value_logits], [first.policy_logits])
@@ -122,7 +123,8 @@ class ValueLoss:
         self.support = support
 
     def __call__(self, unrolled: Unroll, batch: Batch, targets: Targets) -> dict:
-        target, mask = _tensor(targets.value, unrolled.hidden[0]), _tensor(batch.mask_value, unrolled.hidden[0])
+        like = unrolled.hidden[0]
+        target, mask = _tensor(targets.value, like), _tensor(batch.mask_value, like)
         per_step = [cross_entropy(logits, scalar_to_support(target[:, u], *self.support)) * mask[:, u]
                     for u, logits in enumerate(unrolled.value_logits)]
         return {"value_loss": per_step[0], "unrolled_value_loss": sum(per_step[1:])}
