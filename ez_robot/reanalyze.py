@@ -23,9 +23,9 @@ from __future__ import annotations
 import numpy as np
 
 from ez_robot.batch import Batch
+from ez_robot.mcts import SearchConfig, visit_policy
 from ez_robot.config import search_config
 from ez_robot.inference import TorchInference, run_search
-from ez_robot.mcts import SearchConfig, visit_policy
 from ez_robot.replay import SearchResults
 from ez_robot.targets import Targets
 
