@@ -30,13 +30,13 @@ import numpy as np
 import torch
 
 from _synthetic import segment
+from ez_robot.batch import gather_batch
 from ez_robot.config import ReplayConfig, load_config, recipe_overrides
 from ez_robot.learner import Learner
 from ez_robot.networks import make_network
 from ez_robot.action_modes import ActionSpec
-from ez_robot.reanalyze import Targets
 from ez_robot.replay import ReplayBuffer
-from ez_robot.targets import prepare_context
+from ez_robot.targets import Targets
 
 
 def synthetic_replay(config, frame_shape, stack, actions, dtype, rng):
@@ -52,9 +52,9 @@ def synthetic_replay(config, frame_shape, stack, actions, dtype, rng):
 def batch_for(config, replay, actions, batch, rng):
     t = config.train
     ref = replay.sample(batch, 0.4, rng)
-    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.full(batch, t.td_steps),
-                              discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
-                              num_actions=actions, rng=rng)
+    context = gather_batch(ref, unroll_steps=t.unroll_steps, horizons=np.full(batch, t.td_steps),
+                           discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
+                           num_actions=actions, rng=rng)
     value = context.value_partial + context.bootstrap_discount * context.stored_bootstrap_values
     targets = Targets(value=value.astype(np.float32), policy=context.stored_policies,
                       searched_policy=np.ones(batch, bool), num_searches=0, candidates=context.stored_candidates)

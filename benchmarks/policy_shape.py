@@ -39,7 +39,7 @@ from ez_robot.builders import env_spec
 from ez_robot.errors import EzRobotError
 from ez_robot.envs import make_from_config
 from ez_robot.inference import run_search
-from ez_robot.action_modes import _factorized_log_probs, gaussian_params, mode_action
+from ez_robot.action_modes import factorized_log_probs, gaussian_params, mode_action
 
 BOUND_TOLERANCE = 0.02
 
@@ -70,7 +70,7 @@ def policy_width(spec, params: np.ndarray) -> float:
     """Mean pre-squash std (gaussian) or mean per-dimension entropy in nats (factorized)."""
     if spec.mode == "gaussian":
         return float(gaussian_params(params, spec.dims)[1].mean())
-    logp = _factorized_log_probs(spec, np.asarray(params)[None])[0]  # [D, bins]
+    logp = factorized_log_probs(spec, np.asarray(params)[None])[0]  # [D, bins]
     return float(-(np.exp(logp) * logp).sum(-1).mean())
 
 

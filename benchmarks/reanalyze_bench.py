@@ -23,12 +23,13 @@ import numpy as np
 import torch
 
 from _synthetic import segment
+from ez_robot.batch import gather_batch
 from ez_robot.config import ReplayConfig, load_config, search_config
 from ez_robot.inference import TorchInference, make_inference
 from ez_robot.networks import make_network
 from ez_robot.reanalyze import reanalyze, search_segments
 from ez_robot.replay import ReplayBuffer
-from ez_robot.targets import dynamic_horizon, prepare_context
+from ez_robot.targets import dynamic_horizon
 
 
 def main():
@@ -68,9 +69,9 @@ def main():
             ref = replay.sample(batch, 0.4, rng)
             start = time.perf_counter()
             horizons = dynamic_horizon(np.zeros(batch, np.int64), 0, 120_000, t.td_steps, t.dynamic_horizon_tau)
-            context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons,
-                                      discount=searched.discount, lstm_horizon=searched.lstm_horizon,
-                                      num_actions=actions, rng=rng)
+            context = gather_batch(ref, unroll_steps=t.unroll_steps, horizons=horizons,
+                                   discount=searched.discount, lstm_horizon=searched.lstm_horizon,
+                                   num_actions=actions, rng=rng)
             middle = time.perf_counter()
             targets = reanalyze(context, inference, searched, rng,
                                 policy_ratio=t.reanalyze_policy_ratio)

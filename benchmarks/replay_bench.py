@@ -4,7 +4,7 @@
 
 For a full DMC-state buffer (100k moves, 5 floats each) and an Atari-sized one (100k
 moves of 96x96 RGB frames, stacked 4 at sample time; 2.8 GB), batch 256: the time of
-``ReplayBuffer.sample`` (priorities -> indices and IS weights), of ``prepare_context``
+``ReplayBuffer.sample`` (priorities -> indices and IS weights), of ``gather_batch``
 (the frames of the K + 1 observations, the bootstrap observations reanalyze needs,
 value-prefix and k-step targets of every sample), of a priority update, and of pickling
 and unpickling what the Ray replay actor returns to reanalyze (protocol 5 with
@@ -21,10 +21,11 @@ import numpy as np
 from _synthetic import segment
 from ray import cloudpickle
 
+from ez_robot.batch import gather_batch
 from ez_robot.config import ReplayConfig
 from ez_robot.ray_storage import _Sample
 from ez_robot.replay import ReplayBuffer, SearchResults
-from ez_robot.targets import dynamic_horizon, prepare_context
+from ez_robot.targets import dynamic_horizon
 
 
 def median_ms(fn, repeats=20):
@@ -48,7 +49,7 @@ def ship(sample) -> int:
 
 def main():
     rng = np.random.default_rng(0)
-    print("| buffer | moves | sample (ms) | prepare_context (ms) | update priorities (ms) | ship a sample (ms) "
+    print("| buffer | moves | sample (ms) | gather_batch (ms) | update priorities (ms) | ship a sample (ms) "
           "| shipped (MB) |")
     print("|---|---|---|---|---|---|---|")
     for label, frame_shape, stack, actions, dtype in [("DMC state (5 floats)", (5,), 1, 125, np.float32),
@@ -67,8 +68,8 @@ def main():
                     s.search = SearchResults(s.root_values.copy(), s.policies.copy(), version=0)
             settings = dict(unroll_steps=5, horizons=horizons, discount=0.988, lstm_horizon=5, num_actions=actions,
                             rng=rng, search_from=search_from)
-            context = median_ms(lambda: prepare_context(ref, **settings))
-            shipped = _Sample(prepare_context(ref, **settings), ref.segment_ids, ref.positions, ref.weights)
+            context = median_ms(lambda: gather_batch(ref, **settings))
+            shipped = _Sample(gather_batch(ref, **settings), ref.segment_ids, ref.positions, ref.weights)
             shipping = median_ms(lambda: ship(shipped))
             print(f"| {label}, {mode} | {len(replay):,} | {sample:.2f} | {context:.2f} | {update:.2f} "
                   f"| {shipping:.2f} | {ship(shipped) / 1e6:.1f} |", flush=True)

@@ -25,18 +25,22 @@ wider distribution (the Gaussian with ``wide_scale`` x the std; the categoricals
 temperature ``wide_scale``), so beta is the mixture and the correction matters; it can be
 switched off (``correction=False``: the prior is beta_hat alone, as EfficientZero V2).
 
-numpy only: the onboard runtime samples candidates with this module and never imports
-torch.  The same formulas in torch, for the loss, are in :mod:`ez_robot.networks`.
+The policies' densities (:func:`gaussian_params`, :func:`factorized_log_probs`,
+:func:`log_prob`) are written once, over the array operations of :class:`ArrayOps`: numpy
+(:data:`NUMPY`, in float64) for the search and the onboard runtime, torch
+(``ez_robot.networks.TORCH``, in the policy head's dtype) for the loss.  This module
+never imports torch: the onboard runtime runs without it.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 __all__ = ["ActionSpec", "MODES", "sample_candidates", "log_prob", "mode_action", "gaussian_params",
-           "bin_values", "MEAN_BOUND", "STD_MIN"]
+           "factorized_log_probs", "ArrayOps", "NUMPY", "bin_values", "MEAN_BOUND", "STD_MIN"]
 
 MODES = ("joint", "factorized", "gaussian")
 MEAN_BOUND = 5.0   # pre-squash means are soft-clamped to +-5 (5 tanh(mu / 5))
@@ -107,12 +111,33 @@ def bin_values(bins: int) -> np.ndarray:
     return np.linspace(-1.0, 1.0, bins).astype(np.float32)
 
 
-def gaussian_params(params: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarray]:
-    """Head outputs [..., 2D] -> (mean, std) of the pre-squash Gaussian, float64."""
-    raw = np.asarray(params, np.float64)
-    mean = MEAN_BOUND * np.tanh(raw[..., :dims] / MEAN_BOUND)
-    std = np.logaddexp(0.0, raw[..., dims:2 * dims] + 1.0) + STD_MIN  # softplus
-    return mean, std
+# --- the policies' densities, written once for numpy and torch ------------------------------
+
+@dataclass(frozen=True)
+class ArrayOps:
+    """The array operations the policies' formulas use, for one array library."""
+
+    floats: Callable
+    """Head outputs or actions -> the floats the formulas compute in."""
+    float64: Callable
+    """-> float64 (atanh near +-1)."""
+    cast_like: Callable
+    """(x, y) -> x in y's dtype."""
+    tanh: Callable
+    atanh: Callable
+    log: Callable
+    softplus: Callable
+    """log(1 + e^x)."""
+    log_softmax: Callable
+    """Over the last axis."""
+    round: Callable
+    """Halves to even."""
+    clip: Callable
+    """(x, low, high)."""
+    to_index: Callable
+    """-> int64."""
+    take_along: Callable
+    """(x, index) -> x's entries at ``index`` along the last axis, the other axes broadcast."""
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -120,40 +145,62 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return logits - top - np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))
 
 
-def _factorized_log_probs(spec: ActionSpec, params: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """[B, D, bins] log-probabilities of each value of each dimension."""
-    logits = np.asarray(params, np.float64).reshape(len(params), spec.dims, spec.bins)
-    return _log_softmax(logits / temperature)
+def _float64(x) -> np.ndarray:
+    return np.asarray(x, np.float64)
 
 
-def _bin_index(spec: ActionSpec, actions: np.ndarray) -> np.ndarray:
+NUMPY = ArrayOps(floats=_float64, float64=_float64, cast_like=lambda x, like: x.astype(like.dtype, copy=False),
+                 tanh=np.tanh, atanh=np.arctanh, log=np.log, softplus=lambda x: np.logaddexp(0.0, x),
+                 log_softmax=_log_softmax, round=np.rint, clip=np.clip, to_index=lambda x: x.astype(np.int64),
+                 take_along=lambda x, index: np.take_along_axis(x, index, axis=-1))
+"""numpy, everything in float64."""
+
+
+def gaussian_params(params, dims: int, xp: ArrayOps = NUMPY):
+    """Head outputs [..., 2D] -> (mean, std) [..., D] of the pre-squash Gaussian."""
+    params = xp.floats(params)
+    mean = MEAN_BOUND * xp.tanh(params[..., :dims] / MEAN_BOUND)
+    std = xp.softplus(params[..., dims:2 * dims] + 1.0) + STD_MIN
+    return mean, std
+
+
+def factorized_log_probs(spec: ActionSpec, params, temperature: float = 1.0, xp: ArrayOps = NUMPY):
+    """Head outputs [..., D x bins] -> [..., D, bins] log-probabilities of each value of each
+    dimension (of the categoricals at ``temperature``)."""
+    logits = xp.floats(params)
+    logits = logits.reshape(logits.shape[:-1] + (spec.dims, spec.bins))
+    return xp.log_softmax(logits if temperature == 1.0 else logits / temperature)
+
+
+def _bin_index(spec: ActionSpec, actions, xp: ArrayOps = NUMPY):
     """Action vectors [..., D] in [-1, 1] -> nearest bin indices [..., D]."""
-    scaled = (np.asarray(actions, np.float64) + 1.0) * 0.5 * (spec.bins - 1)
-    return np.clip(np.rint(scaled), 0, spec.bins - 1).astype(np.int64)
+    scaled = (xp.floats(actions) + 1.0) * 0.5 * (spec.bins - 1)
+    return xp.to_index(xp.clip(xp.round(scaled), 0, spec.bins - 1))
 
 
-def _gaussian_log_prob(mean, std, pre_squash) -> np.ndarray:
-    """log N(u; mean, std) summed over the last axis (no squash Jacobian)."""
-    z = (pre_squash - mean) / std
-    return (-0.5 * z * z - np.log(std) - 0.5 * math.log(2 * math.pi)).sum(-1)
-
-
-def log_prob(spec: ActionSpec, params: np.ndarray, actions: np.ndarray) -> np.ndarray:
-    """log pi(a) of actions [B, K, D] under the policies [B, P]: [B, K] float64.
-    Gaussian: the density of the squashed action (Jacobian of tanh included)."""
-    actions = np.asarray(actions, np.float64)
+def log_prob(spec: ActionSpec, params, actions, scale: float = 1.0, xp: ArrayOps = NUMPY):
+    """log pi(a) [..., K] of actions [..., K, D] under the policies [..., P] (numpy: float64).
+    Gaussian: the density of the squashed action (Jacobian of tanh included).  ``scale``:
+    under the widened policies instead (the categoricals at temperature ``scale``, the
+    Gaussian with ``scale`` x its std)."""
     if spec.mode == "factorized":
-        logp = _factorized_log_probs(spec, params)  # [B, D, bins]
-        index = _bin_index(spec, actions)           # [B, K, D]
-        rows = np.arange(len(params))[:, None, None]
-        return logp[rows, np.arange(spec.dims)[None, None, :], index].sum(-1)
+        logp = factorized_log_probs(spec, params, scale, xp)[..., None, :, :]  # [..., 1, D, bins]
+        index = _bin_index(spec, actions, xp)[..., None]                      # [..., K, D, 1]
+        return xp.take_along(logp, index)[..., 0].sum(-1)
     if spec.mode == "gaussian":
-        mean, std = gaussian_params(params, spec.dims)
-        squashed = np.clip(actions, -1 + _TANH_EPS, 1 - _TANH_EPS)
-        pre = np.arctanh(squashed)
-        return _gaussian_log_prob(mean[:, None], std[:, None], pre) - np.log(1 - squashed ** 2).sum(-1)
+        mean, std = gaussian_params(params, spec.dims, xp)
+        mean, std = mean[..., None, :], std[..., None, :]  # [..., 1, D]
+        if scale != 1.0:
+            std = scale * std
+        # atanh near +-1 needs float64: float32 keeps only ~6% of 1 - |a| at |a| = 1 - 1e-6
+        squashed = xp.clip(xp.float64(actions), -1 + _TANH_EPS, 1 - _TANH_EPS)
+        z = (xp.cast_like(xp.atanh(squashed), mean) - mean) / std
+        density = (-0.5 * z * z - xp.log(std) - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return density - xp.cast_like(xp.log(1 - squashed * squashed).sum(-1), mean)
     raise ValueError("log_prob is for the sampled action modes")
 
+
+# --- drawing the candidates (numpy) -------------------------------------------------------
 
 def mode_action(spec: ActionSpec, params: np.ndarray) -> np.ndarray:
     """The most likely action of each policy (per dimension): [B, D] float32."""
@@ -172,7 +219,7 @@ def _draw(spec: ActionSpec, params: np.ndarray, count: int, scale: float, rng: n
     if count == 0:
         return np.zeros((batch, 0, spec.dims))
     if spec.mode == "factorized":
-        logp = _factorized_log_probs(spec, params, temperature=scale)
+        logp = factorized_log_probs(spec, params, temperature=scale)
         cumulative = np.cumsum(np.exp(logp), axis=-1)  # [B, D, bins]
         cumulative /= cumulative[..., -1:]
         # inverse CDF for all B x D categoricals in one searchsorted: row r's CDF is
@@ -193,16 +240,7 @@ def _proposal_log_prob(spec, params, actions, policy_share: float, scale: float)
     logp = log_prob(spec, params, actions)
     if policy_share >= 1.0:
         return logp
-    if spec.mode == "factorized":
-        wide_logp = _factorized_log_probs(spec, params, temperature=scale)
-        index = _bin_index(spec, actions)
-        rows = np.arange(len(params))[:, None, None]
-        wide = wide_logp[rows, np.arange(spec.dims)[None, None, :], index].sum(-1)
-    else:
-        mean, std = gaussian_params(params, spec.dims)
-        squashed = np.clip(np.asarray(actions, np.float64), -1 + _TANH_EPS, 1 - _TANH_EPS)
-        wide = _gaussian_log_prob(mean[:, None], scale * std[:, None], np.arctanh(squashed)) \
-            - np.log(1 - squashed ** 2).sum(-1)
+    wide = log_prob(spec, params, actions, scale=scale)
     if policy_share <= 0.0:
         return wide
     return np.logaddexp(math.log(policy_share) + logp, math.log(1.0 - policy_share) + wide)

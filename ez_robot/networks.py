@@ -22,11 +22,11 @@ import torch.nn.functional as F
 
 from ez_robot.config import ModelConfig
 from ez_robot.errors import ConfigError
-from ez_robot.action_modes import MEAN_BOUND, STD_MIN, ActionSpec
+from ez_robot.action_modes import ActionSpec, ArrayOps, factorized_log_probs, gaussian_params, log_prob
 
 __all__ = ["EfficientZeroNet", "ObservationNormalizer", "InitialOutput", "RecurrentOutput", "make_network", "value_transform",
            "inverse_value_transform", "scalar_to_support", "support_to_scalar", "scale_gradient",
-           "policy_log_prob", "policy_entropy", "gaussian_policy"]
+           "policy_log_prob", "policy_entropy", "gaussian_policy", "TORCH"]
 
 EPS = 0.001  # epsilon of the invertible value transform (MuZero appendix)
 
@@ -408,23 +408,22 @@ def make_network(obs_shape: tuple, action: ActionSpec | int, config: ModelConfig
 
 # --- policies of the sampled action modes (torch side of ez_robot.action_modes) ------------
 
+TORCH = ArrayOps(floats=lambda x: x, float64=lambda x: x.double(), cast_like=lambda x, like: x.to(like.dtype),
+                 tanh=torch.tanh, atanh=torch.atanh, log=torch.log, softplus=F.softplus,
+                 log_softmax=lambda x: F.log_softmax(x, dim=-1), round=torch.round, clip=torch.clamp,
+                 to_index=lambda x: x.long(), take_along=lambda x, index: torch.take_along_dim(x, index, dim=-1))
+"""The policies' formulas of :mod:`ez_robot.action_modes` in torch, in the policy head's dtype."""
+
+
+def gaussian_policy(params: torch.Tensor, dims: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, std) [..., D] of the pre-squash Gaussian of policy-head outputs [..., P]."""
+    return gaussian_params(params, dims, TORCH)
+
+
 def policy_log_prob(spec: ActionSpec, params: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """log pi(a) [..., K] of candidate actions [..., K, D] under policy-head outputs [..., P]
-    (the same densities as :func:`ez_robot.action_modes.log_prob`)."""
-    d = spec.dims
-    if spec.mode == "factorized":
-        logp = F.log_softmax(params.reshape(params.shape[:-1] + (d, spec.bins)), dim=-1)  # [..., D, bins]
-        index = torch.round((actions.float() + 1.0) * 0.5 * (spec.bins - 1)).long().clamp(0, spec.bins - 1)
-        expanded = logp.unsqueeze(-3).expand(index.shape + (spec.bins,))  # [..., K, D, bins]
-        return expanded.gather(-1, index.unsqueeze(-1)).squeeze(-1).sum(-1)
-    mean, std = gaussian_policy(params, d)
-    # atanh near +-1 needs float64: float32 keeps only ~6% of 1 - |a| at |a| = 1 - 1e-6
-    squashed = actions.double().clamp(-1 + 1e-6, 1 - 1e-6)
-    pre = torch.atanh(squashed)
-    jacobian = torch.log(1 - squashed * squashed).sum(-1).to(params.dtype)
-    z = (pre.to(params.dtype) - mean.unsqueeze(-2)) / std.unsqueeze(-2)
-    logp = -0.5 * z * z - torch.log(std.unsqueeze(-2)) - 0.5 * math.log(2 * math.pi)
-    return logp.sum(-1) - jacobian
+    (:func:`ez_robot.action_modes.log_prob` in torch)."""
+    return log_prob(spec, params, actions, xp=TORCH)
 
 
 def policy_entropy(spec: ActionSpec, params: torch.Tensor, squashed: bool = False) -> torch.Tensor:
@@ -436,7 +435,7 @@ def policy_entropy(spec: ActionSpec, params: torch.Tensor, squashed: bool = Fals
     E[log(1 - tanh(x)^2)], taken by Gauss-Hermite quadrature (deterministic, exact
     gradients)."""
     if spec.mode == "factorized":
-        logp = F.log_softmax(params.reshape(params.shape[:-1] + (spec.dims, spec.bins)), dim=-1)
+        logp = factorized_log_probs(spec, params, xp=TORCH)
         return -(logp.exp() * logp).sum((-1, -2))
     mean, std = gaussian_policy(params, spec.dims)
     entropy = torch.log(std) + 0.5 * (1.0 + math.log(2 * math.pi))
@@ -458,10 +457,3 @@ def _hermite_rule(like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The quadrature's nodes and weights in ``like``'s dtype and device."""
     return (torch.as_tensor(_NODES, dtype=like.dtype, device=like.device),
             torch.as_tensor(_WEIGHTS, dtype=like.dtype, device=like.device))
-
-
-def gaussian_policy(params: torch.Tensor, dims: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(mean, std) [..., D] of the pre-squash Gaussian of policy-head outputs [..., P]."""
-    mean = MEAN_BOUND * torch.tanh(params[..., :dims] / MEAN_BOUND)
-    std = F.softplus(params[..., dims:2 * dims] + 1.0) + STD_MIN
-    return mean, std

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 
+from ez_robot.batch import Batch, sample_batch
 from ez_robot.checkpoint import ReplayFiles
 from ez_robot.config import Config
 from ez_robot.replay import ReplayBuffer
 from ez_robot.schedules import Counters
-from ez_robot.targets import BatchContext, sample_batch
 
 __all__ = ["SharedStorage", "ReplayWorker", "actor_by_name"]
 
@@ -142,7 +142,7 @@ class SharedStorage:
 
 @dataclass
 class _Sample:
-    context: BatchContext     # with the bootstrap observations reanalyze may need
+    context: Batch            # with the bootstrap observations reanalyze may need
     segment_ids: np.ndarray   # [B] int64
     positions: np.ndarray     # [B] int64
     weights: np.ndarray       # [B] float32 importance-sampling weights

@@ -34,16 +34,17 @@ import ray
 import torch
 
 from ez_robot._timing import Stopwatch, TimedInference
+from ez_robot.batch import Batch
 from ez_robot.builders import EnvSpec, make_actor, make_envs, make_learner, make_model
 from ez_robot.config import Config
 from ez_robot.device import resolve_device, set_threads
 from ez_robot.errors import TrainingAborted
 from ez_robot.evaluation import evaluate
 from ez_robot.inference import make_inference
-from ez_robot.reanalyze import Sweeper, Targets, reanalyze, reanalyze_search_config, search_segments, sweep_round
+from ez_robot.reanalyze import Sweeper, reanalyze, reanalyze_search_config, search_segments, sweep_round
 from ez_robot.ray_storage import actor_by_name
 from ez_robot.schedules import TRAIN_LOG_INTERVAL, paced_train_steps, temperature_at, train_steps_due
-from ez_robot.targets import BatchContext
+from ez_robot.targets import Targets
 
 __all__ = ["Reanalyzer", "LearnerWorker", "SelfPlayWorker", "evaluate_weights", "STEPS_PER_REQUEST", "shippable"]
 
@@ -69,7 +70,7 @@ def _loadable(weights: dict) -> dict:
 @dataclass
 class _Prepared:
     """A batch ready for a learner step."""
-    context: BatchContext
+    context: Batch
     targets: Targets
     weights: np.ndarray
     segment_ids: np.ndarray

@@ -20,72 +20,58 @@ Two ways to get those searches (``reanalyze.mode``):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from ez_robot.batch import Batch
 from ez_robot.mcts import SearchConfig, visit_policy
 from ez_robot.config import search_config
 from ez_robot.inference import TorchInference, run_search
 from ez_robot.replay import SearchResults
-from ez_robot.targets import BatchContext
+from ez_robot.targets import Targets
 
-__all__ = ["Targets", "reanalyze", "search_segments", "sweep_round", "reanalyze_search_config",
-           "Sweeper"]
-
-
-@dataclass
-class Targets:
-    value: np.ndarray
-    """[B, K + 1] float32 z_{t+u}."""
-    policy: np.ndarray
-    """[B, K + 1, A] float32 policy targets."""
-    searched_policy: np.ndarray
-    """[B] bool: the sample's policy targets come from a target-network search."""
-    num_searches: int
-    """Roots searched for this batch."""
-    num_stored: int = 0
-    """Bootstraps and policies taken from stored search results instead (buffer mode)."""
-    candidates: "np.ndarray | None" = None
-    """Sampled modes: [B, K + 1, C, D] float32 the candidate actions ``policy`` is over."""
+__all__ = ["reanalyze", "search_segments", "sweep_round", "reanalyze_search_config", "Sweeper"]
 
 
-def reanalyze(context: BatchContext, inference: TorchInference, search_config: SearchConfig,
+def reanalyze(batch: Batch, inference: TorchInference, search_config: SearchConfig,
               rng: np.random.Generator, *, policy_ratio: float,
               max_search_batch: int = 1024) -> Targets:
-    batch = context.frames.shape[0]
-    bootstrap = context.bootstrap_index >= 0  # [B, K + 1]
-    policy_rows = rng.random(batch) < policy_ratio
-    policy_cells = context.mask_policy.astype(bool) & policy_rows[:, None]
+    """The targets of ``batch``: each value target's bootstrap from a stored search result
+    recent enough, the target network's prediction, or a fresh search; for ``policy_ratio``
+    of the samples (drawn from ``rng``) the policy targets of a target-network search,
+    stored or fresh, the others keeping the policies stored at collection."""
+    size = batch.frames.shape[0]
+    bootstrap = batch.bootstrap_index >= 0  # [B, K + 1]
+    policy_rows = rng.random(size) < policy_ratio
+    policy_cells = batch.mask_policy.astype(bool) & policy_rows[:, None]
 
-    values = context.stored_bootstrap_values.copy()
-    policy = context.stored_policies.copy()
-    candidates = None if context.stored_candidates is None else context.stored_candidates.copy()
+    values = batch.stored_bootstrap_values.copy()
+    policy = batch.stored_policies.copy()
+    candidates = None if batch.stored_candidates is None else batch.stored_candidates.copy()
     # --- stored search results (buffer reanalyze), where recent enough ---
     # the target network's value prediction, searched nowhere: the ablation's every bootstrap,
     # the mixed target's recent ones
-    by_network = bootstrap & (context.network_bootstrap if context.network_bootstrap is not None else False)
-    fresh = context.value_fresh & ~by_network
+    by_network = bootstrap & (batch.network_bootstrap if batch.network_bootstrap is not None else False)
+    fresh = batch.value_fresh & ~by_network
     value_cells = bootstrap & ~fresh & ~by_network
-    values[fresh] = context.searched_values[fresh]
+    values[fresh] = batch.searched_values[fresh]
     if by_network.any():
-        values[by_network] = _predicted_values(inference, context.bootstrap_observations_of(by_network),
+        values[by_network] = _predicted_values(inference, batch.bootstrap_observations_of(by_network),
                                                max_search_batch)
-    stored_policy = policy_cells & context.policy_fresh
-    policy[stored_policy] = context.searched_policies[stored_policy]
+    stored_policy = policy_cells & batch.policy_fresh
+    policy[stored_policy] = batch.searched_policies[stored_policy]
     if candidates is not None:
-        candidates[stored_policy] = context.searched_candidates[stored_policy]
-    policy_cells = policy_cells & ~context.policy_fresh
+        candidates[stored_policy] = batch.searched_candidates[stored_policy]
+    policy_cells = policy_cells & ~batch.policy_fresh
 
     # --- search the rest: bootstrap observations, then policy observations; a cell whose
     # bootstrap is its own observation (l = 0) takes its value from its policy search ---
-    own = context.bootstrap_self if context.bootstrap_self is not None else False
+    own = batch.bootstrap_self if batch.bootstrap_self is not None else False
     shared = value_cells & policy_cells & own
     value_only = value_cells & ~shared
-    num_value_roots, obs_shape = int(value_only.sum()), context.observations.shape[2:]
-    roots = np.empty((num_value_roots + int(policy_cells.sum()),) + obs_shape, context.frames.dtype)
-    context.bootstrap_observations_of(value_only, out=roots[:num_value_roots])  # copied once, into place
-    roots[num_value_roots:] = context.observations[policy_cells]  # stacked from the frames of these cells alone
+    num_value_roots, obs_shape = int(value_only.sum()), batch.observations.shape[2:]
+    roots = np.empty((num_value_roots + int(policy_cells.sum()),) + obs_shape, batch.frames.dtype)
+    batch.bootstrap_observations_of(value_only, out=roots[:num_value_roots])  # copied once, into place
+    roots[num_value_roots:] = batch.observations[policy_cells]  # stacked from the frames of these cells alone
     if len(roots):
         out = run_search(inference, roots, search_config.replace(temperature=1.0), rng, max_batch=max_search_batch)
         values[value_only] = out.root_values[:num_value_roots]
@@ -93,7 +79,7 @@ def reanalyze(context: BatchContext, inference: TorchInference, search_config: S
         policy[policy_cells] = out.policy[num_value_roots:]  # visits at T = 1, or the improved policy
         if candidates is not None:
             candidates[policy_cells] = out.candidates[num_value_roots:]
-    value = context.value_partial + context.bootstrap_discount * np.where(bootstrap, values, 0.0)
+    value = batch.value_partial + batch.bootstrap_discount * np.where(bootstrap, values, 0.0)
     num_stored = int((fresh & bootstrap).sum())
     return Targets(value=value.astype(np.float32), policy=policy, searched_policy=policy_rows,
                    num_searches=len(roots), num_stored=num_stored + int(stored_policy.sum()),

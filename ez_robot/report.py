@@ -27,11 +27,11 @@ import yaml
 
 from ez_robot.errors import ConfigError, RunError
 from ez_robot.evaluation import human_normalized
+from ez_robot.loss_terms import LOSSES
 
 __all__ = ["RunRecord", "read_run", "group_runs", "bootstrap_ci", "iqm", "aggregate_atari",
            "dmc_reference_scores", "write_report"]
 
-LOSSES = ("loss", "value_loss", "policy_loss", "value_prefix_loss", "consistency_loss")
 CONFIDENCE = 0.95
 NOT_SETTINGS = ("seed", "env.task")  # runs that differ only in these are seeds of one setting (the task: grouped by it)
 

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ez_robot._timing import Stopwatch, TimedInference
+from ez_robot.batch import sample_batch
 from ez_robot.builders import EnvSpec, make_actor, make_envs, make_learner, make_replay
 from ez_robot.checkpoint import ReplayFiles
 from ez_robot.config import Config
@@ -26,7 +27,6 @@ from ez_robot.run_files import RunFiles, holds_run_dir
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, eval_interval_for, finished, next_eval_after,
                                 paced_train_steps, replay_shortfall, temperature_at, train_steps_due)
 from ez_robot.progress import TrainingProgress, interrupt_on_sigterm
-from ez_robot.targets import sample_batch
 
 __all__ = ["train", "check_resumable", "replay_moves_at"]
 

@@ -1,6 +1,6 @@
 """The batch targets written one sample and one unroll step at a time, straight from the
 definitions (the paper's eq. 4 and the masks of :mod:`ez_robot.targets`): the oracle the
-batched :func:`ez_robot.targets.prepare_context` must match."""
+batched :func:`ez_robot.batch.gather_batch` must match."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,21 +9,21 @@ import numpy as np
 
 from ez_robot.action_modes import ActionSpec
 from ez_robot.replay import SampleRef
-from ez_robot.targets import BatchContext, blank_context
+from ez_robot.batch import Batch, blank_batch
 
 
 def loop_context(ref: SampleRef, *, unroll_steps: int, horizons: np.ndarray, discount: float,
                  lstm_horizon: int, num_actions: "int | ActionSpec", rng: np.random.Generator,
-                 search_from: int | None = None, network_bootstrap: np.ndarray | None = None) -> BatchContext:
-    """:func:`ez_robot.targets.prepare_context` without the bootstrap observations, one
-    cell at a time (into the same :func:`ez_robot.targets.blank_context`)."""
+                 search_from: int | None = None, network_bootstrap: np.ndarray | None = None) -> Batch:
+    """:func:`ez_robot.batch.gather_batch` without the bootstrap observations, one
+    cell at a time (into the same :func:`ez_robot.batch.blank_batch`)."""
     spec = num_actions if isinstance(num_actions, ActionSpec) else ActionSpec("joint", num_actions=num_actions)
     K = unroll_steps
-    context = blank_context(ref, K, spec, rng)  # its arrays, filled in place below
+    context = blank_batch(ref, K, spec, rng)  # its arrays, filled in place below
     (frames, actions, vp_targets, partial, boot_discount, boot_index, stored_values, policies, mask_policy,
      mask_value, mask_vp, mask_consistency, searched_values, value_fresh, searched_policies, policy_fresh,
      stored_candidates, searched_candidates, bootstrap_self) = (
-        getattr(context, f.name) for f in dataclasses.fields(BatchContext)[:19])
+        getattr(context, f.name) for f in dataclasses.fields(Batch)[:19])
     powers = discount ** np.arange(int(horizons.max()) + 1)
 
     for b, (segment, t, l) in enumerate(zip(ref.segments, ref.positions, horizons)):

@@ -198,13 +198,13 @@ def test_a_discrete_task_refuses_a_sampled_mode():
 def sampled_batch(spec, config, batch=16, obs_dims=24, candidates=4, seed=0):
     """A hand-made batch of a sampled mode: random states and actions, every target known,
     a uniform improved policy over random candidates."""
-    from ez_robot.reanalyze import Targets
-    from ez_robot.targets import BatchContext
+    from ez_robot.batch import Batch
+    from ez_robot.targets import Targets
 
     rng = np.random.default_rng(seed)
     K, D = config.train.unroll_steps, spec.dims
     ones = lambda *shape: np.ones(shape, np.float32)
-    context = BatchContext(
+    context = Batch(
         frames=rng.normal(size=(batch, K + 1, obs_dims)).astype(np.float32),
         actions=rng.uniform(-1, 1, (batch, K, D)).astype(np.float32),
         value_prefix_targets=rng.uniform(0, 2, (batch, K)).astype(np.float32),

@@ -14,7 +14,8 @@ from ez_robot.learner import Learner, augment
 from ez_robot.networks import make_network
 from ez_robot.reanalyze import reanalyze
 from ez_robot.replay import ReplayBuffer, Segment
-from ez_robot.targets import network_bootstraps, prepare_context
+from ez_robot.batch import gather_batch
+from ez_robot.targets import network_bootstraps
 
 STATES, ACTIONS, EPISODE = 4, 2, 8
 
@@ -54,10 +55,10 @@ def batch(config, net, replay, rng, target_net=None):
     searched = search_config(config)
     ref = replay.sample(t.batch_size, 0.4, rng)
     collected = np.zeros(t.batch_size, np.int64)  # the samples' collection step: what the config's target reads
-    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.full(t.batch_size, t.td_steps),
-                              discount=searched.discount, lstm_horizon=searched.lstm_horizon,
-                              num_actions=ACTIONS, rng=rng,
-                              network_bootstrap=network_bootstraps(collected, 0, 1000, t))
+    context = gather_batch(ref, unroll_steps=t.unroll_steps, horizons=np.full(t.batch_size, t.td_steps),
+                           discount=searched.discount, lstm_horizon=searched.lstm_horizon,
+                           num_actions=ACTIONS, rng=rng,
+                           network_bootstrap=network_bootstraps(collected, 0, 1000, t))
     inference = TorchInference((target_net or copy.deepcopy(net)).eval())
     targets = reanalyze(context, inference, searched, rng, policy_ratio=t.reanalyze_policy_ratio)
     return ref, context, targets
@@ -257,9 +258,9 @@ def test_mixed_value_target_bootstraps_recent_data_from_the_network_and_old_data
     horizons, network = value_horizons(collected, 1000, 1000, t), network_bootstraps(collected, 1000, 1000, t)
     np.testing.assert_array_equal(network, np.arange(t.batch_size) % 2 == 0)
     np.testing.assert_array_equal(horizons, np.where(network, t.td_steps, 0))
-    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
-                              lstm_horizon=searched.lstm_horizon, num_actions=ACTIONS, rng=rng,
-                              network_bootstrap=network)
+    context = gather_batch(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
+                           lstm_horizon=searched.lstm_horizon, num_actions=ACTIONS, rng=rng,
+                           network_bootstrap=network)
     inference = TorchInference(target_net)
     targets = reanalyze(context, inference, searched, rng, policy_ratio=0.0)
     cells = context.bootstrap_index >= 0
@@ -303,7 +304,7 @@ def test_the_learner_stacks_the_frames_of_a_context_as_the_segments_do():
         replay.add(dataclasses.replace(mdp_segment(rng), frames=frames, frame_stack=stack))
     ref, context, targets = batch(config, net, replay, rng)
     learner, seen = Learner(net, config, 100, torch.device("cpu")), []
-    learner._observations = lambda obs: seen.append(obs.clone()) or obs
+    learner._augment = lambda obs: seen.append(obs.clone()) or obs
     learner.step(context, targets, ref.weights)
     trained = seen[0].reshape(context.observations.shape).numpy()
     np.testing.assert_array_equal(trained, context.observations)

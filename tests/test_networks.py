@@ -186,3 +186,35 @@ def test_head_layers_deepen_the_state_heads_and_refuse_pixels(value_prefix):
         make_network((3, 32, 32), 4, config)
     with pytest.raises(ConfigError, match="head_layers"):
         ModelConfig(head_layers=0)
+
+
+# --- the policies' densities: one formula, numpy and torch -----------------------------------
+
+def test_widened_log_probs_are_the_widened_policies_in_numpy_and_torch():
+    """log_prob(scale=s): the categoricals at temperature s, the Gaussian with s x its std;
+    the torch namespace runs the same formula (float32 against numpy's float64)."""
+    from ez_robot.action_modes import ActionSpec, bin_values, gaussian_params, log_prob
+    from ez_robot.networks import TORCH
+
+    rng = np.random.default_rng(0)
+    factorized, gaussian = ActionSpec("factorized", dims=3, bins=5), ActionSpec("gaussian", dims=3)
+    params = rng.normal(0, 2, (4, 15)).astype(np.float32)
+    index = rng.integers(5, size=(4, 6, 3))
+    logits = params.astype(np.float64).reshape(4, 3, 5) / 3.0
+    log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    expected = np.take_along_axis(log_softmax[:, None], index[..., None], -1)[..., 0].sum(-1)
+    actions = bin_values(5)[index]
+    np.testing.assert_allclose(log_prob(factorized, params, actions, scale=3.0), expected, rtol=1e-12)
+    np.testing.assert_allclose(log_prob(factorized, torch.as_tensor(params), torch.as_tensor(actions), scale=3.0,
+                                        xp=TORCH).numpy(), expected, rtol=1e-5)
+
+    params = rng.normal(0, 2, (4, 6)).astype(np.float32)
+    actions = np.tanh(rng.normal(size=(4, 6, 3))).astype(np.float32)
+    mean, std = gaussian_params(params, 3)
+    pre = np.arctanh(actions.astype(np.float64))
+    z = (pre - mean[:, None]) / (3.0 * std[:, None])
+    expected = (-0.5 * z ** 2 - np.log(3.0 * std[:, None]) - 0.5 * np.log(2 * np.pi)
+                - np.log(1 - actions.astype(np.float64) ** 2)).sum(-1)
+    np.testing.assert_allclose(log_prob(gaussian, params, actions, scale=3.0), expected, rtol=1e-12)
+    np.testing.assert_allclose(log_prob(gaussian, torch.as_tensor(params), torch.as_tensor(actions), scale=3.0,
+                                        xp=TORCH).numpy(), expected, rtol=1e-5)

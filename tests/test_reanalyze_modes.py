@@ -7,7 +7,7 @@ import pytest
 from ez_robot.config import load_config
 from ez_robot.reanalyze import Sweeper, reanalyze, search_segments, sweep_round
 from ez_robot.replay import ReplayBuffer
-from ez_robot.targets import fresh_from, prepare_context
+from ez_robot.batch import fresh_from, gather_batch
 from tests.test_core import ACTIONS, mdp_segment
 from tests.toy_models import ToyInference
 
@@ -28,9 +28,9 @@ def targets_for(config, replay, search_from, seed=3):
     t, rng = config.train, np.random.default_rng(seed)
     ref = replay.sample(t.batch_size, 0.4, rng)
     horizons = rng.integers(1, t.td_steps + 1, t.batch_size)
-    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=config.search.discount,
-                              lstm_horizon=config.search.lstm_horizon, num_actions=ACTIONS, rng=rng,
-                              search_from=search_from)
+    context = gather_batch(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=config.search.discount,
+                           lstm_horizon=config.search.lstm_horizon, num_actions=ACTIONS, rng=rng,
+                           search_from=search_from)
     return reanalyze(context, ToyInference(ACTIONS), config.search, rng,
                      policy_ratio=t.reanalyze_policy_ratio)
 
@@ -63,9 +63,9 @@ def test_a_context_holds_the_bootstrap_observations_reanalyze_may_need_and_no_ot
     rng = np.random.default_rng(3)
     ref = replay.sample(t.batch_size, 0.4, rng)
     by_network = np.arange(t.batch_size) % 3 == 0
-    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=rng.integers(1, t.td_steps + 1, t.batch_size),
-                              discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
-                              num_actions=ACTIONS, rng=rng, search_from=400, network_bootstrap=by_network)
+    context = gather_batch(ref, unroll_steps=t.unroll_steps, horizons=rng.integers(1, t.td_steps + 1, t.batch_size),
+                           discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
+                           num_actions=ACTIONS, rng=rng, search_from=400, network_bootstrap=by_network)
     bootstrap = context.bootstrap_index >= 0
     held = context.bootstraps_to_compute()
     np.testing.assert_array_equal(held, bootstrap & (~context.value_fresh | by_network[:, None]))
@@ -91,9 +91,9 @@ def test_a_zero_horizon_target_is_the_search_value_of_the_position_itself():
         replay.store_search(segment_id, result)
     t, rng = config.train, np.random.default_rng(3)
     ref = replay.sample(t.batch_size, 0.4, rng)
-    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.zeros(t.batch_size, np.int64),
-                              discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
-                              num_actions=ACTIONS, rng=rng, search_from=400)
+    context = gather_batch(ref, unroll_steps=t.unroll_steps, horizons=np.zeros(t.batch_size, np.int64),
+                           discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
+                           num_actions=ACTIONS, rng=rng, search_from=400)
     targets = reanalyze(context, ToyInference(ACTIONS), config.search, rng,
                         policy_ratio=t.reanalyze_policy_ratio)
     expected = np.zeros_like(targets.value)
@@ -111,9 +111,9 @@ def test_batch_reanalyze_searches_a_zero_horizon_cell_once_for_its_value_and_pol
     config = load_config("gym:CartPole-v1", overrides=NO_NOISE)
     replay, t = filled_replay(config), config.train
     ref = replay.sample(t.batch_size, 0.4, np.random.default_rng(3))
-    context = prepare_context(ref, unroll_steps=t.unroll_steps, horizons=np.zeros(t.batch_size, np.int64),
-                              discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
-                              num_actions=ACTIONS, rng=np.random.default_rng(4))
+    context = gather_batch(ref, unroll_steps=t.unroll_steps, horizons=np.zeros(t.batch_size, np.int64),
+                           discount=config.search.discount, lstm_horizon=config.search.lstm_horizon,
+                           num_actions=ACTIONS, rng=np.random.default_rng(4))
     once = reanalyze(context, ToyInference(ACTIONS), config.search, np.random.default_rng(5),
                      policy_ratio=t.reanalyze_policy_ratio)
     context.bootstrap_self = None  # every bootstrap searched on its own, as before

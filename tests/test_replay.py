@@ -7,7 +7,8 @@ import pytest
 from ez_robot.config import ConfigError, ReplayConfig, load_config
 from ez_robot.action_modes import ActionSpec
 from ez_robot.replay import ReplayBuffer, SampleRef, SearchResults, Segment
-from ez_robot.targets import BatchContext, dynamic_horizon, network_bootstraps, prepare_context, value_horizons
+from ez_robot.batch import Batch, gather_batch
+from ez_robot.targets import dynamic_horizon, network_bootstraps, value_horizons
 from tests.reference_targets import loop_context
 
 A = 3
@@ -34,8 +35,8 @@ def ref_for(seg, positions):
 
 
 def context(seg, positions, horizons, K=2, discount=0.5, lstm_horizon=5):
-    return prepare_context(ref_for(seg, positions), unroll_steps=K, horizons=np.asarray(horizons), discount=discount,
-                           lstm_horizon=lstm_horizon, num_actions=A, rng=np.random.default_rng(0))
+    return gather_batch(ref_for(seg, positions), unroll_steps=K, horizons=np.asarray(horizons), discount=discount,
+                        lstm_horizon=lstm_horizon, num_actions=A, rng=np.random.default_rng(0))
 
 
 def test_dynamic_horizon_fresh_and_stale():
@@ -170,7 +171,7 @@ def random_segment(rng, *, stack: int, spec: ActionSpec) -> Segment:
 @pytest.mark.parametrize("stack", [1, 3])
 @pytest.mark.parametrize("mode", ["joint", "gaussian"])
 def test_the_batched_targets_are_the_cell_by_cell_definition(stack, mode):
-    # prepare_context computes a batch's targets on whole [B, K + 1] arrays; the reference
+    # gather_batch computes a batch's targets on whole [B, K + 1] arrays; the reference
     # walks each sample and unroll step as the definitions read.  Every case at once: episode
     # ends inside the unroll and the tail (terminated: absorbing; truncated: masked), l = 0..5,
     # stale and fresh stored searches, the network's bootstraps, LSTM restarts inside the unroll
@@ -183,9 +184,9 @@ def test_the_batched_targets_are_the_cell_by_cell_definition(stack, mode):
     for lstm_horizon in (5, 2):
         settings = dict(unroll_steps=5, horizons=rng.integers(0, 6, 256), discount=0.97, lstm_horizon=lstm_horizon,
                         num_actions=spec, search_from=100, network_bootstrap=rng.random(256) < 0.3)
-        got = prepare_context(ref, rng=np.random.default_rng(1), **settings)
+        got = gather_batch(ref, rng=np.random.default_rng(1), **settings)
         want = loop_context(ref, rng=np.random.default_rng(1), **settings)
-        for field in dataclasses.fields(BatchContext):
+        for field in dataclasses.fields(Batch):
             if field.name != "bootstrap_observations":
                 a, b = getattr(got, field.name), getattr(want, field.name)
                 if b is None:
