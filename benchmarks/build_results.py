@@ -14,7 +14,7 @@ Columns:
 - ``setting``: how the run's training differs from ``ez-robot train --task TASK --budget
   100k`` on today's presets, written as the options that reproduce it (``--config NAME``,
   ``--set key=value``, ``--budget``), or ``default``.  A switch that no longer exists is
-  kept with ``(removed)`` after it;
+  kept with ``(removed)`` after it, unless it was off;
 - ``seed``; ``env_steps`` (simulator steps, as ``--budget`` counts them on DMC; decisions
   for factory tasks, whose action repeat is 1);
 - ``eval_mean``, ``eval_episodes``, ``success_rate`` (for envs that report ``is_success``);
@@ -102,8 +102,10 @@ def setting(config: dict, first_time: float) -> str:
     flat = flatten(config)
     known = set(_all_keys()) | {"seed", "preset"}
     removed = {k: v for k, v in flat.items() if k not in known and not k.startswith("env.kwargs.")}
+    off = {k for k, v in removed.items() if v in (0, False, None, "none", "off")}  # a removed switch left off:
+    removed = {k: v for k, v in removed.items() if k not in off}                   # today's behaviour
     kept = {k: v for k, v in config.items()}
-    for key in removed:  # drop it from the nested config before completing it
+    for key in [*removed, *off]:  # drop it from the nested config before completing it
         section, name = key.split(".", 1)
         kept[section] = {n: v for n, v in kept[section].items() if n != name}
     run = flatten(config_to_dict(config_from_dict(kept)))  # keys the run predates at their defaults
