@@ -1,7 +1,8 @@
 """Write benchmarks/results.csv: one row per evaluation of a training run.
 
-    python benchmarks/build_results.py --runs ARCHIVE/*            # rebuild the file from run directories
     python benchmarks/build_results.py --runs runs/walker_walk-s3 --append   # add a new run's rows
+    git worktree add /tmp/archive fcc05c6                                   # the archive the file was built from
+    python benchmarks/build_results.py --runs /tmp/archive/benchmarks/results/runs/*
 
 Each run directory gives one row per periodic evaluation in ``metrics.jsonl`` (what
 training logs every tenth of the budget, greedy, usually 10 episodes) and one per
@@ -24,8 +25,10 @@ Columns:
 - ``date`` (UTC) of the evaluation record, or of the run's last record for ``eval*.json``,
   which hold no time; ``machine``; ``source``: the run directory's name.
 
-The per-run archive this file was first built from (176 runs) is in the git history at
-commit fcc05c6, under ``benchmarks/results/runs/``.
+The per-run archive this file was first built from (176 runs: config, evaluations, thinned
+training metrics) is in the git history at commit fcc05c6, under ``benchmarks/results/runs/``.
+After adding rows, regenerate the results page: ``ez-robot report --results
+benchmarks/results.csv --peers benchmarks/peers.csv --out docs/``.
 """
 from __future__ import annotations
 
@@ -83,6 +86,22 @@ def reference(task: str, obs: str, recipe: str | None, mode: str | None) -> dict
     return flatten(config_to_dict(load_config(task, obs=obs, budget=DEFAULT_BUDGET, overrides=overrides)))
 
 
+@functools.cache
+def factory_default(task: str, key: str):
+    """The default of a factory task's keyword argument (``env.kwargs.NAME``), else None."""
+    source, sep, name = task.rpartition(":")
+    if not (key.startswith("env.kwargs.") and sep and source.endswith(".py")):
+        return None
+    import importlib.util
+    import inspect
+
+    spec = importlib.util.spec_from_file_location("factory", ROOT / source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parameter = inspect.signature(getattr(module, name)).parameters.get(key.removeprefix("env.kwargs."))
+    return None if parameter is None else parameter.default
+
+
 def _text(value) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -125,8 +144,7 @@ def setting(config: dict, first_time: float) -> str:
             ref = {**reference(task, run["env.obs"], recipe, run["env.action_mode"]),
                    "env.action_mode": ref["env.action_mode"]}  # so that the mode itself is named
         keys = sorted((set(run) | set(ref)) - NOT_SETTINGS)
-        diffs = [f"--set {k}={_text(run.get(k))}" for k in keys if run.get(k) != ref.get(k) and k in run]
-        diffs += [f"--set {k}={_text(ref[k])} (unset)" for k in keys if k not in run and k.startswith("env.kwargs.")]
+        diffs = [f"--set {k}={_text(run[k])}" for k in keys if k in run and run[k] != ref.get(k, factory_default(task, k))]
         candidate = ([f"--config {recipe}"] if recipe else []) + diffs
         if best is None or len(candidate) <= len(best):  # a tie goes to the recipe, the command the docs give
             best = candidate
