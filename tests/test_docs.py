@@ -1,9 +1,10 @@
 """The user guide's short commands run, and its links resolve.
 
 A fenced block in docs/*.md whose info string is ``bash test`` or ``python test`` is run
-(docs/README.md, "How these pages stay true"): page by page in the order docs/README.md
-lists them, in one temporary directory with links to the repository's docs/ and
-examples/, so the quickstart's tiny run is the one later pages evaluate and export.
+(docs/README.md, "How these pages stay true"), in one temporary directory with links to
+the repository's docs/ and examples/: the quickstart's blocks first (its tiny run is the
+one later pages evaluate and export), then each page's in the order docs/README.md lists
+them.
 Every page of docs/ must be linked from README.md, and every relative link of README.md
 and docs/ must name a file that exists (and a heading of it, for ``page.md#anchor``)."""
 import os
@@ -42,9 +43,14 @@ def blocks_to_run(page: Path) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
+    """The directory the blocks run in, with the quickstart's blocks run (its tiny run is
+    the one later pages use), so that any page's test can run alone."""
     work = tmp_path_factory.mktemp("docs")
     for name in ("docs", "examples"):
         (work / name).symlink_to(ROOT / name, target_is_directory=True)
+    for language, code in blocks_to_run(DOCS / "quickstart.md"):
+        result = _run(language, code, work)
+        assert result.returncode == 0, f"quickstart.md: {code}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
     return work
 
 
@@ -65,6 +71,8 @@ def test_the_guide_has_tested_commands():
 
 @pytest.mark.parametrize("page", PAGES, ids=[page.stem for page in PAGES])
 def test_the_commands_of_a_page_run(page, workdir):
+    if page.name == "quickstart.md":  # run by the fixture
+        return
     for language, code in blocks_to_run(page):
         result = _run(language, code, workdir)
         assert result.returncode == 0, f"{page.name}: {code}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
