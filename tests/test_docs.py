@@ -118,3 +118,15 @@ def test_the_readme_is_short_and_ends_its_test_command_as_ci_does():
     assert len(readme.splitlines()) <= 200
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci in readme, "the README's test command must be .ci/run's last line, word for word"
+
+
+def test_the_readmes_results_are_the_results_pages():
+    """Each row of the README's results table gives the figure of the generated results
+    page for the same task (the default command at 100k env steps)."""
+    readme = (ROOT / "README.md").read_text().split("## Results", 1)[1].split("\n## ", 1)[0]
+    page = (DOCS / "results.md").read_text()
+    rows = [line.split("|")[1:-1] for line in readme.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows and rows[0][0].strip() == "task"
+    for task, runs, score, *_ in (map(str.strip, row) for row in rows[1:]):
+        assert re.search(rf"^\| {re.escape(task)} \| {runs} \([^)]*\) \| 10 \| {re.escape(score)} \|", page, re.M), \
+            f"README.md's {task} row ({runs} runs, {score}) is not the results page's"
