@@ -168,15 +168,31 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet,
 
 
 @main.command()
-@click.argument("run_dirs", nargs=-1, required=True, type=click.Path())
+@click.argument("run_dirs", nargs=-1, type=click.Path())
 @click.option("-o", "--out", type=click.Path(file_okay=False), default="report", show_default=True,
-              help="Directory for the PNG curves and report.md.")
-def report(run_dirs, out):
-    """Learning curves and result tables for one or more runs (seeds, tasks, Atari games)."""
-    from ez_robot.report import write_report
-
+              help="Directory for the PNG curves and report.md (results.md and img/ with --results).")
+@click.option("--results", type=click.Path(dir_okay=False), default=None,
+              help="A results file (benchmarks/results.csv) to write the results page from, instead of run directories.")
+@click.option("--peers", type=click.Path(dir_okay=False), default=None,
+              help="With --results: other systems' figures to set beside ours (benchmarks/peers.csv).")
+def report(run_dirs, out, results, peers):
+    """Learning curves and result tables for one or more runs (seeds, tasks, Atari games),
+    or the results page of a results file (--results)."""
     with _user_errors():
-        path = write_report(run_dirs, out)
+        if results:
+            from ez_robot.results import write_results_page
+
+            if run_dirs:
+                raise click.UsageError("give run directories or --results, not both")
+            command = " ".join(["ez-robot report --results", results] + (["--peers", peers] if peers else [])
+                               + ["--out", out])
+            path = write_results_page(results, out, peers=peers, command=command)
+        else:
+            from ez_robot.report import write_report
+
+            if not run_dirs:
+                raise click.UsageError("give one or more run directories, or --results FILE")
+            path = write_report(run_dirs, out)
     click.echo(f"wrote {path} and its curves")
 
 
