@@ -14,7 +14,7 @@ reads each root's completed Q out of their tree.
 
 Search: both searches are driven by one deterministic fake network (numpy, float64, a
 function of hidden state and action) and draw their candidates from one table of standard
-normal noise: ours through ``ez_robot.policies.sample_candidates`` with its Gaussian draws
+normal noise: ours through ``ez_robot.action_modes.sample_candidates`` with its Gaussian draws
 replaced by the table, theirs through their own ``sample_actions`` with their squashed normal
 replaced by one that reads the same table.  The same Gumbel noise goes to both.  Their
 driver and C++ tree and ours run unchanged.  A third search, ``_ezv2_reftree.py``, has one
@@ -27,6 +27,7 @@ lists and parameter counts side by side; the weights are copied where the shapes
 outputs compared.
 
 Not a test: it prints tables of measured differences.  Runs in a few seconds on a CPU.
+Needs, beside the package: `pip install cython omegaconf` (their tree and their config).
 """
 from __future__ import annotations
 
@@ -51,10 +52,10 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
 import _ezv2_reftree as ref  # noqa: E402
-from ez_robot import policies as our_policies  # noqa: E402
-from ez_robot import _search as our_search_module  # noqa: E402
-from ez_robot._search import RootOutput, SearchConfig, search  # noqa: E402
-from ez_robot.policies import ActionSpec, gaussian_params  # noqa: E402
+from ez_robot import action_modes as our_policies  # noqa: E402
+from ez_robot import mcts as our_search_module  # noqa: E402
+from ez_robot.mcts import RootOutput, SearchConfig, search  # noqa: E402
+from ez_robot.action_modes import ActionSpec, gaussian_params  # noqa: E402
 
 K = 16          # candidates per root (both: num_sampled_actions / num_candidates)
 SIMS = 32       # simulations per search on DMC (both)

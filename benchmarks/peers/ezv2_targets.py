@@ -510,7 +510,7 @@ def v2_loss(v2, cfg, agent, batch, net, step_count, buffer):
 
 def ours_config(**train):
     from ez_robot.config import Config, EnvConfig, ModelConfig, ReplayConfig, TrainConfig
-    from ez_robot._search import SearchConfig
+    from ez_robot.mcts import SearchConfig
     base = dict(optimizer="adam", lr=3e-4, lr_final=3e-4, weight_decay=2e-5, entropy_coef=0.05, value_loss_coef=0.5,
                 value_prefix=False, budget=1000, batch_size=len(POSITIONS), train_steps_per_agent_step=1.0,
                 reanalyze_policy_ratio=1.0)
@@ -537,10 +537,11 @@ def ours_segment(ep):
 
 def ours_targets(ep, train_step, total, train):
     import ez_robot.reanalyze as rea
-    from ez_robot.policies import ActionSpec
+    from ez_robot.action_modes import ActionSpec
     from ez_robot.replay import SampleRef
-    from ez_robot.targets import network_bootstraps, prepare_context, value_horizons
-    from ez_robot._search import SearchConfig
+    from ez_robot.batch import gather_batch as prepare_context
+    from ez_robot.targets import network_bootstraps, value_horizons
+    from ez_robot.mcts import SearchConfig
 
     def run_search(inference, roots, config, rng, max_batch=1024):
         root, policy, cand, winner = fake_search(roots)
@@ -596,7 +597,7 @@ def main():
     torch.set_num_threads(1)
     v2 = load_v2(args.ezv2.resolve())
     from ez_robot import networks as ours_nets
-    from ez_robot.policies import ActionSpec
+    from ez_robot.action_modes import ActionSpec
     from ez_robot.replay import ReplayBuffer
 
     B = len(POSITIONS)
@@ -676,7 +677,7 @@ def main():
     title("3. targets on the same sampled positions")
     pos = np.array(POSITIONS)
     print("V2: its BatchWorker.make_batch (prepare_reward_value, prepare_policy_reanalyze), fake target network "
-          "and fake search shared with ours; ours: targets.prepare_context + reanalyze.reanalyze")
+          "and fake search shared with ours; ours: batch.gather_batch + reanalyze.reanalyze")
     phases = [("before the mixed start (V2 step 0; ours train step 100 of 500, mixed_start 0.4)", 0, 100),
               ("after it (V2 step 40000 >= 4e4; ours train step 230 of 500, window 0.2 x 500 = 100 moves)", 40000, 230)]
     results = {}
@@ -769,7 +770,7 @@ def main():
 
     # ours: the Learner on the same batch (targets taken from the V2 batch where the sides agree)
     from ez_robot.learner import Learner
-    from ez_robot.reanalyze import Targets
+    from ez_robot.targets import Targets
     variants = [("ezv2_states recipe (muzero weights, pre_squash entropy, full pi')", {}),
                 ("+ policy_target=best, entropy=squashed, step_weights=paper, value_loss_coef=0.25",
                  dict(policy_target="best", entropy="squashed", step_weights="paper", value_loss_coef=0.25))]
