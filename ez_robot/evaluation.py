@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ez_robot.checkpoint import checkpoint_path, load_run
 from ez_robot.errors import ConfigError, RunError
 
-__all__ = ["LoadedRun", "load_run", "play", "evaluate", "evaluate_run", "report_path", "human_normalized",
-           "atari_reference_scores"]
+__all__ = ["play", "evaluate", "evaluate_run", "report_path", "human_normalized", "atari_reference_scores"]
 
 
 # --- reference scores ------------------------------------------------------------------
@@ -50,32 +50,6 @@ def human_normalized(task: str, score: float) -> float | None:
         return None
     low, high = scores["random"][game], scores["human"][game]
     return (score - low) / (high - low)
-
-
-# --- loading a run ---------------------------------------------------------------------
-
-@dataclass
-class LoadedRun:
-    run_dir: Path
-    checkpoint: Path
-    config: object          # ez_robot.config.Config
-    net: object             # EfficientZeroNet, eval mode, on the requested device
-    counters: dict
-
-
-def load_run(run_dir: str | Path, checkpoint: str | Path | None = None, device="cpu") -> LoadedRun:
-    """The trained network of a run directory (its latest checkpoint, or ``checkpoint``);
-    :class:`ez_robot.errors.RunError` naming the problem when it cannot be used."""
-    from ez_robot.checkpoint import read_checkpoint, trained_network
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise RunError(f"{run_dir} is not a directory; give the run directory that `ez-robot train` wrote")
-    if checkpoint is not None and not Path(checkpoint).is_file():
-        raise RunError(f"no checkpoint file at {checkpoint}")
-    state = read_checkpoint(checkpoint if checkpoint is not None else run_dir)
-    net, config = trained_network(state, device)
-    return LoadedRun(run_dir, Path(state["path"]), config, net, dict(state["counters"]))
 
 
 # --- playing episodes ------------------------------------------------------------------
@@ -108,7 +82,8 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
     """
     from ez_robot.envs import make_from_config, render_frame
     from ez_robot.config import search_config
-    from ez_robot.inference import TorchInference, run_search
+    from ez_robot.inference import run_search
+    from ez_robot.torch_inference import TorchInference
 
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
@@ -242,8 +217,6 @@ def report_path(run_dir: Path, search_overrides=(), checkpoint: str | None = Non
 
 
 def _is_latest(run_dir: Path, checkpoint: Path) -> bool:
-    from ez_robot.checkpoint import checkpoint_path
-
     latest = checkpoint_path(run_dir)
     return latest.is_file() and checkpoint.resolve() == latest.resolve()
 
