@@ -28,6 +28,7 @@ import yaml
 
 from ez_robot.checkpoint import checkpoint_path, load_run
 from ez_robot.errors import ConfigError, RunError
+from ez_robot.video import VideoWriter
 
 __all__ = ["play", "evaluate", "evaluate_run", "report_path", "human_normalized", "atari_reference_scores"]
 
@@ -91,7 +92,7 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
     greedy = search_config(config).replace(add_noise=False, temperature=0.0)
     envs = [make_from_config(config.env, seed=seed + i, mode="eval") for i in range(episodes)]
     observations = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
-    writers = {i: _VideoWriter(video_dir, i, render_frame(envs[i]), video_fps(envs[i], config))
+    writers = {i: _EpisodeVideo(video_dir, i, render_frame(envs[i]), video_fps(envs[i], config))
                for i in range(min(record, episodes))}
     returns, lengths, done = np.zeros(episodes), np.zeros(episodes, int), np.zeros(episodes, bool)
     successes: list = [None] * episodes
@@ -146,36 +147,26 @@ def evaluate(net, config, device, episodes: int) -> dict:
     return out
 
 
-class _VideoWriter:
-    """One episode's mp4 through imageio's ffmpeg plugin (the binary ships in imageio-ffmpeg)."""
+class _EpisodeVideo:
+    """One episode's mp4, written under a temporary name and renamed after its return when
+    the episode ends (an interrupted evaluation leaves no video behind)."""
 
     def __init__(self, directory: Path, episode: int, first_frame: np.ndarray, fps: float):
-        import imageio.v2 as imageio
-
-        directory.mkdir(parents=True, exist_ok=True)
         self.directory, self.episode = directory, episode
-        self.path = directory / f".episode-{episode:03d}.partial.mp4"
-        # macro_block_size=1 keeps odd game sizes (160 px wide is fine, 210 high is not a
-        # multiple of 16) without resizing; yuv420p plays in every browser and player.
-        self.writer = imageio.get_writer(self.path, format="FFMPEG", mode="I", fps=fps, codec="libx264",
-                                         macro_block_size=1, pixelformat="yuv420p", output_params=["-crf", "23"])
+        self.writer = VideoWriter(directory / f".episode-{episode:03d}.partial.mp4", fps)
         self.add(first_frame)
 
     def add(self, frame: np.ndarray) -> None:
-        frame = np.asarray(frame, np.uint8)
-        if frame.shape[0] % 2 or frame.shape[1] % 2:  # yuv420p needs even sides
-            frame = np.pad(frame, ((0, frame.shape[0] % 2), (0, frame.shape[1] % 2), (0, 0)), mode="edge")
-        self.writer.append_data(frame)
+        self.writer.add(frame)
 
     def finish(self, episode_return: float) -> Path:
         self.writer.close()
         final = self.directory / f"episode-{self.episode:03d}-return-{episode_return:.1f}.mp4"
-        os.replace(self.path, final)
+        os.replace(self.writer.path, final)
         return final
 
     def abort(self) -> None:
-        self.writer.close()
-        self.path.unlink(missing_ok=True)
+        self.writer.abort()
 
 
 def _progress_bar(enabled: bool, episodes: int):
