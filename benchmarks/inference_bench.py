@@ -23,7 +23,7 @@ import torch
 
 from ez_robot.config import load_config
 from ez_robot.errors import ConfigError
-from ez_robot.inference import TorchInference
+from ez_robot.torch_inference import TorchInference
 from ez_robot.networks import make_network
 from ez_robot.action_modes import ActionSpec
 
@@ -45,7 +45,7 @@ def onnx_inference(net):
 
     import onnxruntime as ort
 
-    from ez_robot.export.onnx_export import export_network
+    from ez_robot.export.onnx_graphs import export_network
     from ez_robot.export.runtime import Networks, session_options
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,7 +27,8 @@ import argparse
 import numpy as np
 
 import ez_robot
-from ez_robot.inference import TorchInference, run_search
+from ez_robot.inference import run_search
+from ez_robot.torch_inference import TorchInference
 from ez_robot.envs.dmc import DMControlEnv
 from ez_robot.envs.wrappers import JointDiscreteActions
 

@@ -25,7 +25,8 @@ import torch
 from _synthetic import segment
 from ez_robot.batch import gather_batch
 from ez_robot.config import ReplayConfig, load_config, search_config
-from ez_robot.inference import TorchInference, make_inference
+from ez_robot.inference import make_inference
+from ez_robot.torch_inference import TorchInference
 from ez_robot.networks import make_network
 from ez_robot.reanalyze import reanalyze, search_segments
 from ez_robot.replay import ReplayBuffer

@@ -36,7 +36,7 @@ from ez_robot.config import load_config, search_config
 from ez_robot.envs import make_from_config
 from ez_robot.export.onnx_export import export_model
 from ez_robot.export.runtime import Policy
-from ez_robot.inference import TorchInference
+from ez_robot.torch_inference import TorchInference
 from ez_robot.networks import make_network
 
 

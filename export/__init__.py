@@ -1,11 +1,16 @@
-"""Export (``ez_robot.export``): ONNX networks and the torch-free onboard runtime.
+"""Export (``ez_robot.export``): ONNX bundles and the torch-free onboard runtime.
 
-- ``ez_robot.export.runtime`` (the robot side): :class:`~ez_robot.export.runtime.Policy`
-  loads a bundle and searches on onnxruntime; it imports numpy, onnxruntime and the
-  compiled tree, never torch.
+The robot side (numpy, onnxruntime and the compiled tree; never torch):
+
+- ``ez_robot.export.bundle``: the bundle format (file and graph names, the manifest);
+- ``ez_robot.export.runtime``: :class:`~ez_robot.export.runtime.Policy` loads a bundle
+  and searches on onnxruntime;
 - ``ez_robot.export.controller``: a fixed-rate control loop around a policy.
-- ``ez_robot.export.onnx_export`` (the training side, needs torch): writes and checks
-  bundles (``ez-robot export``).
+
+The training side (needs torch):
+
+- ``ez_robot.export.onnx_graphs``: a network as the bundle's two ONNX graphs;
+- ``ez_robot.export.onnx_export``: writes and checks bundles (``ez-robot export``).
 
 Nothing is imported here, so importing the runtime never pulls in torch.
 """

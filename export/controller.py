@@ -15,6 +15,7 @@ import numpy as np
 
 from ez_robot.errors import ConfigError
 from ez_robot.export.runtime import Policy
+from ez_robot.video import VideoWriter
 
 __all__ = ["LoopReport", "run_at_rate", "VideoRecorder"]
 
@@ -90,26 +91,23 @@ def run_at_rate(policy: Policy, env, *, rate_hz: float, episodes: int = 1, seed:
 
 
 class VideoRecorder:
-    """Writes one episode's frames (what `ez_robot.envs.render_frame` shows) to an mp4 file."""
+    """An ``on_step`` for :func:`run_at_rate`: writes one episode's frames (what
+    :func:`ez_robot.envs.render_frame` shows of a simulated env) to an mp4 file."""
 
     def __init__(self, path: str | Path, fps: float, episode: int = 0):
         self.path, self.fps, self.episode = Path(path), fps, episode
-        self._writer = None
+        self._writer: VideoWriter | None = None
 
     def __call__(self, episode: int, env) -> None:
         if episode != self.episode:
             return
+        # a simulated env's renderer: recording needs the env's own packages, never the runtime
         from ez_robot.envs import render_frame
 
         frame = render_frame(env)
         if self._writer is None:
-            import imageio.v2 as imageio
-
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # macro_block_size=1 keeps odd frame sizes (Atari's 210 rows) without resizing.
-            self._writer = imageio.get_writer(self.path, format="FFMPEG", mode="I", fps=self.fps, codec="libx264",
-                                              macro_block_size=1, pixelformat="yuv420p")
-        self._writer.append_data(np.asarray(frame, np.uint8))
+            self._writer = VideoWriter(self.path, self.fps)
+        self._writer.add(frame)
 
     def close(self) -> None:
         if self._writer is not None:

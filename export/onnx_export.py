@@ -1,43 +1,35 @@
-"""``ez-robot export``: a trained run's networks as ONNX, in the bundle the runtime loads.
+"""``ez-robot export``: a trained run's networks as a bundle the runtime loads.
 
-Two graphs, both with a dynamic batch axis and opset :data:`OPSET`:
-
-- ``initial.onnx``: observation [B, *obs] (raw: uint8 pixels or float32 states; the
-  scaling is inside the graph) -> hidden, value [B], policy_logits [B, P] (P: A logits in
-  joint mode, the sampled modes' policy parameters otherwise, see
-  :class:`ez_robot.action_modes.ActionSpec`);
-- ``recurrent.onnx``: hidden, lstm_h, lstm_c [B, lstm_hidden], action [B] int64 (joint
-  mode) or [B, D] float32 in [-1, 1] (the sampled modes), reset [B] float32 (1 = restart the value-prefix LSTM before this step) -> next_hidden,
-  next_h, next_c, value_prefix [B], value [B], policy_logits [B, A].
-
-Supports become scalars inside the graphs, so the runtime needs no torch and no value
-transform.  Before it reports success the exporter checks the graphs
+The graphs are written by :func:`ez_robot.export.onnx_graphs.export_network` and the
+manifest by :class:`ez_robot.export.bundle.Manifest` (the format's spec is
+``docs/bundle_format.md``).  Before it reports success the exporter checks the graphs
 (``onnx.checker``), compares them with torch on observations recorded from the task
-(:data:`ATOL`, :data:`RTOL`), and checks that the runtime's greedy search picks the
-torch search's action on every one of them.  A bundle that fails is not written.
+(:data:`ATOL`, :data:`RTOL`), and checks that the runtime's greedy search picks the torch
+search's action on every one of them.  A bundle that fails is not written.
 """
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
+import dataclasses
 import os
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn as nn
 
-import ez_robot
+from ez_robot._version import __version__
+from ez_robot.checkpoint import load_run
 from ez_robot.errors import ConfigError, ExportError
-from ez_robot.export.runtime import BUNDLE_FORMAT, MANIFEST, Policy
+from ez_robot.export.bundle import (FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, ActionSection, HiddenSection,
+                                    Manifest, ObservationSection, file_hashes)
+from ez_robot.export.onnx_graphs import OPSET, export_network
+from ez_robot.export.runtime import Policy
+from ez_robot.mcts import search
 from ez_robot.networks import support_to_scalar
+from ez_robot.torch_inference import TorchInference
 
-__all__ = ["ExportError", "export_run", "export_model", "export_network", "validate", "OPSET", "ATOL", "RTOL"]
+__all__ = ["ExportError", "export_run", "export_model", "validate", "ATOL", "RTOL", "ACTION_ATOL"]
 
-OPSET = 17
 ATOL, RTOL = 1e-4, 1e-4
 """An ONNX output passes when max |onnx - torch| <= ATOL + RTOL max |torch| over each
 output (values, value prefixes, logits, hidden and LSTM states): float32 kernels sum in
@@ -49,99 +41,11 @@ within this (in [-1, 1] units); candidates are drawn from the networks' outputs,
 outputs' float differences move them slightly."""
 
 
-class _Initial(nn.Module):
-    def __init__(self, net):
-        super().__init__()
-        self.net = net
-
-    def forward(self, observation):
-        out = self.net.initial_inference(observation)
-        return out.hidden, support_to_scalar(out.value_logits, *self.net.value_support), out.policy_logits
-
-
-class _Recurrent(nn.Module):
-    def __init__(self, net):
-        super().__init__()
-        self.net = net
-
-    def forward(self, hidden, lstm_h, lstm_c, action, reset):
-        keep = (1.0 - reset).unsqueeze(1)
-        h, c = lstm_h * keep, lstm_c * keep
-        # Without the value-prefix LSTM (the ablation) the state passes through unchanged.
-        out = self.net.recurrent_inference(hidden, (h, c), action)
-        if self.net.reward_support == self.net.value_support:
-            # One support -> scalar chain for both heads: two made nearly half the graph's nodes.
-            both = support_to_scalar(torch.stack([out.value_prefix_logits, out.value_logits], 1), *self.net.value_support)
-            value_prefix, value = both[:, 0], both[:, 1]
-        else:  # a value-prefix support of its own
-            value_prefix = support_to_scalar(out.value_prefix_logits, *self.net.reward_support)
-            value = support_to_scalar(out.value_logits, *self.net.value_support)
-        return (out.hidden, *out.lstm_state, value_prefix, value, out.policy_logits)
-
-
-def _fold_batchnorm(net):
-    """A copy of ``net`` (eval mode) with each Linear -> BatchNorm1d pair of its MLPs folded
-    into one Linear: same outputs (within float32 rounding), fewer graph nodes per step.
-    onnxruntime folds Conv -> BatchNorm itself, but not these."""
-    from torch.nn.utils.fusion import fuse_linear_bn_eval
-
-    net = copy.deepcopy(net).cpu().eval()
-    for module in net.modules():
-        if isinstance(module, nn.Sequential):
-            for i in range(len(module) - 1):
-                linear, bn = module[i], module[i + 1]
-                if isinstance(linear, nn.Linear) and isinstance(bn, nn.BatchNorm1d):
-                    module[i], module[i + 1] = fuse_linear_bn_eval(linear, bn), nn.Identity()
-    return net
-
-
-def export_network(net, directory: Path, check: bool = True) -> list[Path]:
-    """Writes ``initial.onnx`` and ``recurrent.onnx`` of ``net`` (put in eval mode) and
-    runs ``onnx.checker`` on both (unless ``check`` is False: training re-exports the
-    same graph with new weights)."""
-    import onnx
-
-    net = _fold_batchnorm(net)
-    batch = 2
-    observation = torch.zeros((batch, *net.obs_shape), dtype=torch.uint8 if net.pixels else torch.float32)
-    hidden = torch.zeros((batch, *net.hidden_shape))
-    h, c = net.initial_lstm_state(batch)
-    spec = net.action_spec
-    # an index per row (joint), or an action vector in [-1, 1]^D (the sampled modes)
-    action = torch.zeros((batch, spec.dims)) if spec.sampled else torch.zeros(batch, dtype=torch.long)
-    reset = torch.zeros(batch)
-    graphs = [
-        # .eval(): the exporter restores each wrapper's mode afterwards, and a wrapper
-        # built in train mode would leave ``net`` training (BatchNorm on batch statistics).
-        (_Initial(net).eval(), (observation,), "initial.onnx", ["observation"], ["hidden", "value", "policy_logits"]),
-        (_Recurrent(net).eval(), (hidden, h, c, action, reset), "recurrent.onnx",
-         ["hidden", "lstm_h", "lstm_c", "action", "reset"],
-         ["next_hidden", "next_h", "next_c", "value_prefix", "value", "policy_logits"]),
-    ]
-    paths = []
-    for module, args, name, inputs, outputs in graphs:
-        path = directory / name
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-            torch.onnx.export(module, args, str(path), dynamo=False, opset_version=OPSET, input_names=inputs,
-                              output_names=outputs, dynamic_axes={n: {0: "batch"} for n in inputs + outputs})
-        try:
-            if check:
-                onnx.checker.check_model(onnx.load(str(path)), full_check=True)
-        except onnx.checker.ValidationError as error:
-            raise ExportError(f"onnx.checker rejects {name}: {error}") from None
-        paths.append(path)
-    return paths
-
-
 # --- checks against torch --------------------------------------------------------------
 
 def validate(net, policy: Policy, observations: np.ndarray, search_config, seed: int = 0) -> dict:
     """Compares the bundle with torch on ``observations``: every graph output, then the
     greedy search's actions.  Returns the report the manifest keeps under ``validation``."""
-    from ez_robot.mcts import search
-    from ez_robot.inference import TorchInference
-
     rng = np.random.default_rng(seed)
     batch = len(observations)
     with torch.no_grad():
@@ -191,8 +95,6 @@ def validate(net, policy: Policy, observations: np.ndarray, search_config, seed:
 
 def _record_observations(env, net, search_config, count: int, seed: int) -> np.ndarray:
     """Observations the trained policy meets: a cheap greedy torch search in the eval env."""
-    from ez_robot.inference import TorchInference, run_search
-
     inference = TorchInference(net, "cpu")
     config = search_config.replace(add_noise=False, temperature=0.0,
                                    num_simulations=min(search_config.num_simulations, 8))
@@ -201,7 +103,8 @@ def _record_observations(env, net, search_config, count: int, seed: int) -> np.n
     recorded = []
     while len(recorded) < count:
         recorded.append(obs)
-        action = run_search(inference, obs[None], config, rng).actions[0]
+        action = search(inference.root(obs[None]), inference.recurrent_fn, config, rng,
+                        action_spec=inference.action_spec).actions[0]
         obs, _, terminated, truncated, _ = env.step(action if net.action_spec.sampled else int(action))
         if terminated or truncated:
             obs, _ = env.reset()
@@ -210,11 +113,7 @@ def _record_observations(env, net, search_config, count: int, seed: int) -> np.n
 
 # --- the bundle ------------------------------------------------------------------------
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _action_spec(env, spec) -> dict:
+def _action_section(env, spec) -> ActionSection:
     """The manifest's ``action``: the mode (``spec``, an ActionSpec) and what the robot gets."""
     from ez_robot.envs.wrappers import JointDiscreteActions, NormalizedActions, find_wrapper
 
@@ -222,18 +121,21 @@ def _action_spec(env, spec) -> dict:
         wrapper = find_wrapper(env, NormalizedActions)  # every sampled-mode task env has it
         low, high = wrapper.action_low, wrapper.action_high
         # num_actions: the policy head's outputs (there is no finite action set)
-        return {"kind": "continuous", "mode": spec.mode, "spec": spec.state_dict(), "num_actions": spec.policy_size,
-                "dims": spec.dims, "low": np.asarray(low, np.float64).tolist(),
-                "high": np.asarray(high, np.float64).tolist()}
+        return ActionSection(kind="continuous", mode=spec.mode, spec=spec, num_actions=spec.policy_size,
+                             dims=spec.dims, low=_floats(low), high=_floats(high))
     num_actions = int(spec.num_actions)
     joint = find_wrapper(env, JointDiscreteActions)
     if joint is not None:  # a continuous robot: a discrete index stands for a vector
         low, high = joint.action_low, joint.action_high
-        return {"kind": "continuous", "num_actions": num_actions, "dims": len(low), "bins_per_dim": int(joint.bins),
-                "low": low.tolist(), "high": high.tolist(),
-                "values_per_dim": np.linspace(low, high, joint.bins, axis=1).tolist(),
-                "table": joint.action_table.tolist(), "mode": "joint", "spec": spec.state_dict()}
-    return {"kind": "discrete", "num_actions": num_actions, "mode": "joint", "spec": spec.state_dict()}
+        return ActionSection(kind="continuous", mode="joint", spec=spec, num_actions=num_actions, dims=len(low),
+                             bins_per_dim=int(joint.bins), low=_floats(low), high=_floats(high),
+                             values_per_dim=tuple(map(_floats, np.linspace(low, high, joint.bins, axis=1))),
+                             table=tuple(map(_floats, joint.action_table)))
+    return ActionSection(kind="discrete", mode="joint", spec=spec, num_actions=num_actions)
+
+
+def _floats(values) -> tuple[float, ...]:
+    return tuple(float(v) for v in np.asarray(values, np.float64))
 
 
 def _observation_layout(env) -> list[dict] | None:
@@ -250,8 +152,6 @@ def export_run(run_dir: str | Path, out: str | Path | None = None, *, checkpoint
     """Exports a run's checkpoint (default: the latest) to a bundle directory (default
     ``RUN_DIR/bundle``) and returns its manifest; see :func:`export_model`.  Raises
     :class:`ez_robot.errors.RunError` when the run cannot be loaded."""
-    from ez_robot.evaluation import load_run
-
     run = load_run(run_dir, checkpoint, "cpu")
     return export_model(run.net, run.config, Path(out) if out else Path(run_dir) / "bundle",
                         observations=observations, seed=seed,
@@ -264,14 +164,15 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
     on ``observations`` observations recorded from the task; returns the manifest.
 
     Raises :class:`ExportError` when a check fails; the bundle is then not written (an
-    older bundle at ``out`` stays as it was)."""
+    older bundle at ``out`` stays as it was).  ``source`` (``checkpoint``, ``counters``)
+    says where the weights came from."""
     from ez_robot.config import config_to_dict, search_config as run_search_config
     from ez_robot.envs import control_period, make_from_config
 
     if observations < 1:
         raise ConfigError(f"observations must be >= 1, got {observations}")
     out = Path(out)
-    if out.exists() and not (out / MANIFEST).is_file():
+    if out.exists() and not (out / MANIFEST_FILE).is_file():
         raise ExportError(f"{out} exists and is not a bundle; give another directory")
     search_config = run_search_config(config)
     env = make_from_config(config.env, seed=seed, mode="eval")
@@ -291,34 +192,33 @@ def export_model(net, config, out: str | Path, *, observations: int = 32, seed: 
         env.close()
         raise ExportError(f"cannot write the bundle at {out}: {error.strerror}") from None
     try:
-        paths = export_network(net, staging)
-        manifest = {
-            "format": BUNDLE_FORMAT[0], "format_version": BUNDLE_FORMAT[1],
-            "ez_robot_version": ez_robot.__version__, "torch_version": torch.__version__, "opset": OPSET,
-            "task": config.env.task, **(source or {}),
-            "observation": {"shape": list(space.shape), "dtype": str(space.dtype),
-                            "kind": "pixels" if net.pixels else "state", "layout": _observation_layout(env),
-                            "normalized_in_graph": net.normalizer is not None},
-            "hidden": {"shape": [int(n) for n in net.hidden_shape], "lstm_hidden": int(net.lstm_hidden)},
-            "action": _action_spec(env, spec),
-            "action_repeat": config.env.action_repeat, "control_period_s": control_period(env, config.env),
-            "support_size": int(net.support_size), "value_prefix": bool(net.value_prefix),
-            "search": {name: getattr(search_config, name) for name in search_config.__dataclass_fields__},
-            "config": config_to_dict(config),
-            "files": {path.name: _sha256(path) for path in paths},
-        }
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        export_network(net, staging)
+        source = dict(source or {})
+        manifest = Manifest(
+            format=FORMAT_NAME, format_version=FORMAT_VERSION, ez_robot_version=__version__,
+            torch_version=torch.__version__, opset=OPSET, task=config.env.task,
+            checkpoint=source.pop("checkpoint", None), counters=source.pop("counters", None), extra=source,
+            observation=ObservationSection(shape=tuple(space.shape), dtype=str(space.dtype),
+                                           kind="pixels" if net.pixels else "state", layout=_observation_layout(env),
+                                           normalized_in_graph=net.normalizer is not None),
+            hidden=HiddenSection(shape=tuple(int(n) for n in net.hidden_shape), lstm_hidden=int(net.lstm_hidden)),
+            action=_action_section(env, spec), action_repeat=config.env.action_repeat,
+            control_period_s=control_period(env, config.env), support_size=int(net.support_size),
+            value_prefix=bool(net.value_prefix), search=search_config, config=config_to_dict(config),
+            files=file_hashes(staging))
+        manifest.write(staging)
         recorded = _record_observations(env, net, search_config, observations, seed)
-        manifest["validation"] = validate(net, Policy.load(staging), recorded, search_config, seed)
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        _raise_if_failed(manifest["validation"])
+        manifest = dataclasses.replace(
+            manifest, validation=validate(net, Policy.load(staging), recorded, search_config, seed))
+        manifest.write(staging)
+        _raise_if_failed(manifest.validation)
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)  # the bundle appears whole or not at all
     finally:
         env.close()
         shutil.rmtree(staging, ignore_errors=True)
-    return manifest
+    return manifest.to_json()
 
 
 def _raise_if_failed(report: dict) -> None:

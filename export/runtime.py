@@ -13,14 +13,15 @@ so the robot computer needs neither torch nor the training code::
 The search is greedy (no root noise, temperature 0): the action the trained agent
 takes in evaluation.  In the sampled action modes (factorized, gaussian) the search still
 draws its candidate actions; they come from the policy's own generator, seeded at load
-(``seed=0``), so a policy loaded twice decides the same on the same observations.  A bundle is a directory with ``initial.onnx``, ``recurrent.onnx``
-and ``manifest.json`` (written by ``ez-robot export``); loading checks the format
-version and each file's sha256 before onnxruntime sees it.
+(``seed=0``), so a policy loaded twice decides the same on the same observations.
+
+A bundle is a directory with ``initial.onnx``, ``recurrent.onnx`` and ``manifest.json``
+(written by ``ez-robot export``; the format is :mod:`ez_robot.export.bundle`); loading
+checks the format version and each file's sha256 before onnxruntime sees it, then that
+the graphs take and give what the manifest says.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -29,25 +30,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from ez_robot.mcts import RootOutput, SearchConfig, SearchOutput, search
-from ez_robot.errors import BundleError, ConfigError, ObservationError
 from ez_robot.action_modes import ActionSpec
+from ez_robot.errors import BundleError, ConfigError, ObservationError
+from ez_robot.export.bundle import GRAPHS, INITIAL, MANIFEST_FILE, RECURRENT, Manifest, read_manifest
+from ez_robot.mcts import RootOutput, SearchOutput, search
 
-__all__ = ["Policy", "Decision", "BundleError", "ObservationError", "BUNDLE_FORMAT", "MANIFEST", "PRESETS"]
+__all__ = ["Policy", "Decision", "Networks", "session_options", "BundleError", "ObservationError", "PRESETS"]
 
-BUNDLE_FORMAT = ("ez-robot-bundle", 2)
-"""(name, version) written into every manifest.  Version 2 added the action mode
-(``action.mode``, ``action.spec``, ``action.policy_size``); this runtime also reads
-version 1 bundles, which are all joint mode."""
-READABLE_VERSIONS = (1, 2)
-MANIFEST = "manifest.json"
 PRESETS = ("latency", "throughput")
-_GRAPHS = {
-    "initial.onnx": (["observation"], ["hidden", "value", "policy_logits"]),
-    "recurrent.onnx": (["hidden", "lstm_h", "lstm_c", "action", "reset"],
-                       ["next_hidden", "next_h", "next_c", "value_prefix", "value", "policy_logits"]),
-}
-_REQUIRED = ("format", "format_version", "observation", "hidden", "action", "search", "files")
 
 
 @dataclass(frozen=True)
@@ -111,13 +101,12 @@ class Networks:
 
     def initial(self, observations: np.ndarray) -> list[np.ndarray]:
         """observations [B, *obs] -> hidden, value [B], policy_logits [B, A]."""
-        return self._initial.run(None, {"observation": observations})
+        return self._initial.run(None, dict(zip(INITIAL.inputs, (observations,))))
 
     def recurrent(self, hidden, lstm_h, lstm_c, action, reset) -> list[np.ndarray]:
         """-> next_hidden, next_h, next_c, value_prefix [B], value [B], policy_logits [B, A];
         ``reset`` [B] float32 (1 zeroes that row's LSTM state before the step)."""
-        return self._recurrent.run(None, {"hidden": hidden, "lstm_h": lstm_h, "lstm_c": lstm_c,
-                                          "action": action, "reset": reset})
+        return self._recurrent.run(None, dict(zip(RECURRENT.inputs, (hidden, lstm_h, lstm_c, action, reset))))
 
     def root(self, observations: np.ndarray) -> RootOutput:
         hidden, value, logits = self.initial(observations)
@@ -136,23 +125,27 @@ class Networks:
 class Policy:
     """A loaded bundle: observations in, actions out, by greedy search on onnxruntime."""
 
-    def __init__(self, manifest: dict, networks: Networks, *, num_simulations: int | None = None,
+    def __init__(self, manifest: Manifest | dict, networks: Networks, *, num_simulations: int | None = None,
                  deadline_ms: float | None = None, bundle: Path | None = None, seed: int = 0):
-        self.manifest = manifest
+        if not isinstance(manifest, Manifest):
+            manifest = Manifest.from_json(manifest)
+        self._manifest = manifest
+        self.manifest = manifest.to_json()
+        """The bundle's ``manifest.json`` data, checked (:class:`ez_robot.export.bundle.Manifest`)."""
         self.networks = networks
         self.bundle = bundle
-        self.observation_shape = tuple(manifest["observation"]["shape"])
-        self.observation_dtype = np.dtype(manifest["observation"]["dtype"])
-        action = manifest["action"]
-        self.action_spec = action_spec(manifest)
+        self.observation_shape = manifest.observation.shape
+        self.observation_dtype = np.dtype(manifest.observation.dtype)
+        action = manifest.action
+        self.action_spec = manifest.action_spec
         """The action mode (:class:`ez_robot.action_modes.ActionSpec`); joint for version 1 bundles."""
-        self.num_actions = int(action["num_actions"])
-        self.continuous = action["kind"] == "continuous"
-        self.action_table = np.asarray(action["table"], np.float64) \
+        self.num_actions = action.num_actions
+        self.continuous = action.kind == "continuous"
+        self.action_table = np.asarray(action.table, np.float64) \
             if self.continuous and not self.action_spec.sampled else None
-        self.action_low = np.asarray(action["low"], np.float64) if self.continuous else None
-        self.action_high = np.asarray(action["high"], np.float64) if self.continuous else None
-        self._search_config = SearchConfig(**manifest["search"]).replace(add_noise=False, temperature=0.0)
+        self.action_low = np.asarray(action.low, np.float64) if self.continuous else None
+        self.action_high = np.asarray(action.high, np.float64) if self.continuous else None
+        self._search_config = manifest.search.replace(add_noise=False, temperature=0.0)
         if num_simulations is not None:
             try:
                 self._search_config.replace(num_simulations=num_simulations)
@@ -168,14 +161,14 @@ class Policy:
 
     @property
     def task(self) -> str:
-        return self.manifest.get("task", "")
+        return self._manifest.task or ""
 
     @property
     def observation_layout(self) -> list[dict] | None:
         """Where each sensor reading goes in the observation vector: ``[{"key", "shape",
         "start", "size"}]`` (a Dict observation's keys in order; nested keys joined by
         dots), or None where the task gives a vector already (DMControl, Atari)."""
-        return self.manifest["observation"].get("layout")
+        return self._manifest.observation.layout
 
     def flatten(self, observation: dict) -> np.ndarray:
         """A Dict observation (``{"joints": ..., "target": ...}``, raw sensor values) as the
@@ -208,7 +201,7 @@ class Policy:
     @property
     def control_period_s(self) -> float | None:
         """Seconds between decisions the policy was trained for (action repeat included)."""
-        return self.manifest.get("control_period_s")
+        return self._manifest.control_period_s
 
     @classmethod
     def load(cls, bundle: str | Path, *, preset: str = "latency", threads: int | None = None,
@@ -219,19 +212,20 @@ class Policy:
         manifest = read_manifest(bundle)
         options = session_options(preset, threads)
         sessions = {}
-        for name, (inputs, outputs) in _GRAPHS.items():
+        for graph in GRAPHS:
+            path = bundle / graph.file
             try:
-                session = ort.InferenceSession(str(bundle / name), options, providers=["CPUExecutionProvider"])
+                session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
             except Exception as error:  # onnxruntime raises its own exception types
-                raise BundleError(f"onnxruntime cannot load {bundle / name}: {error}") from None
+                raise BundleError(f"onnxruntime cannot load {path}: {error}") from None
             names = ([i.name for i in session.get_inputs()], [o.name for o in session.get_outputs()])
-            if names != (inputs, outputs):
-                raise BundleError(f"{bundle / name} has inputs {names[0]} and outputs {names[1]}; "
-                                  f"an ez-robot bundle's have {inputs} and {outputs}")
-            sessions[name] = session
+            if names != (list(graph.inputs), list(graph.outputs)):
+                raise BundleError(f"{path} has inputs {names[0]} and outputs {names[1]}; "
+                                  f"an ez-robot bundle's have {list(graph.inputs)} and {list(graph.outputs)}")
+            sessions[graph] = session
         _check_graphs(bundle, manifest, sessions)
-        networks = Networks(sessions["initial.onnx"], sessions["recurrent.onnx"],
-                            int(manifest["hidden"]["lstm_hidden"]), action_spec(manifest))
+        networks = Networks(sessions[INITIAL], sessions[RECURRENT], manifest.hidden.lstm_hidden,
+                            manifest.action_spec)
         return cls(manifest, networks, num_simulations=num_simulations, deadline_ms=deadline_ms, bundle=bundle,
                    seed=seed)
 
@@ -315,126 +309,33 @@ class Policy:
         return observations
 
 
-# --- reading a bundle ------------------------------------------------------------------
+# --- checking a bundle's graphs ----------------------------------------------------------
 
-def read_manifest(bundle: Path) -> dict:
-    """The manifest of a bundle, after checking its format and its files' hashes."""
-    bundle = Path(bundle)
-    if not bundle.is_dir():
-        raise BundleError(f"no bundle at {bundle}: expected the directory `ez-robot export` writes")
-    path = bundle / MANIFEST
-    if not path.is_file():
-        raise BundleError(f"{bundle} has no {MANIFEST}; is it a bundle that `ez-robot export` wrote?")
-    try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise BundleError(f"{path} is corrupt: not valid JSON ({error})") from None
-    if not isinstance(manifest, dict) or any(key not in manifest for key in _REQUIRED):
-        missing = [k for k in _REQUIRED if not isinstance(manifest, dict) or k not in manifest]
-        raise BundleError(f"{path} is not an ez-robot bundle manifest (missing {', '.join(missing)})")
-    name, version = BUNDLE_FORMAT
-    if manifest["format"] != name:
-        raise BundleError(f"{path} has format {manifest['format']!r}, not {name!r}")
-    if manifest["format_version"] not in READABLE_VERSIONS:
-        raise BundleError(f"{bundle} is bundle format version {manifest['format_version']} (written by "
-                          f"ez-robot {manifest.get('ez_robot_version', '?')}); this runtime reads versions "
-                          f"{', '.join(map(str, READABLE_VERSIONS))}: re-export the run with this ez-robot, "
-                          f"or run the matching one")
-    _check_manifest(path, manifest)
-    for file in _GRAPHS:
-        expected = manifest["files"].get(file)
-        if expected is None:
-            raise BundleError(f"{path} lists no hash for {file}")
-        if not (bundle / file).is_file():
-            raise BundleError(f"{bundle} is missing {file}")
-        digest = hashlib.sha256((bundle / file).read_bytes()).hexdigest()
-        if digest != expected:
-            raise BundleError(f"{bundle / file} does not match the manifest's sha256 (file {digest[:12]}..., "
-                              f"manifest {expected[:12]}...): the file was changed or damaged after export")
-    return manifest
-
-
-def _check_manifest(path: Path, manifest: dict) -> None:
-    """The manifest's fields have the types and ranges the runtime relies on (a manifest
-    edited by hand, or from another tool, fails here rather than deep inside a search)."""
-    def bad(what: str) -> BundleError:
-        return BundleError(f"{path} is not valid for this runtime: {what}")
-
-    def is_count(x) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool) and x >= 1
-
-    for key in ("files", "observation", "hidden", "action", "search"):
-        if not isinstance(manifest[key], dict):
-            raise bad(f"{key!r} must be an object, got {manifest[key]!r}")
-    observation, action = manifest["observation"], manifest["action"]
-    shape = observation.get("shape")
-    if not isinstance(shape, list) or not shape or not all(is_count(n) for n in shape):
-        raise bad(f"observation.shape must be a list of positive whole numbers, got {shape!r}")
-    try:
-        np.dtype(observation.get("dtype"))
-    except TypeError:
-        raise bad(f"observation.dtype {observation.get('dtype')!r} is not a numpy dtype") from None
-    if not is_count(manifest["hidden"].get("lstm_hidden")):
-        raise bad(f"hidden.lstm_hidden must be a positive whole number, got {manifest['hidden'].get('lstm_hidden')!r}")
-    if action.get("kind") not in ("discrete", "continuous") or not is_count(action.get("num_actions")):
-        raise bad(f"action must have kind 'discrete' or 'continuous' and num_actions >= 1, got "
-                  f"{action.get('kind')!r} and {action.get('num_actions')!r}")
-    try:
-        spec = action_spec(manifest)
-    except (TypeError, ValueError, AttributeError) as error:
-        raise bad(f"action.spec is not a valid action mode ({error})") from None
-    if spec.sampled:
-        low, high = np.asarray(action.get("low", []), dtype=object), np.asarray(action.get("high", []), dtype=object)
-        if low.shape != (spec.dims,) or high.shape != (spec.dims,) or action["kind"] != "continuous":
-            raise bad(f"a {spec.mode} bundle needs kind 'continuous' and action.low and action.high with "
-                      f"{spec.dims} values each")
-        if not np.all(np.asarray(low, np.float64) <= np.asarray(high, np.float64)):
-            raise bad("action.low must not exceed action.high")
-    elif action["kind"] == "continuous":
-        table = np.asarray(action.get("table", []), dtype=object)
-        if table.ndim != 2 or len(table) != action["num_actions"]:
-            raise bad(f"action.table must have one row per action ({action['num_actions']})")
-    _search_config(path, manifest["search"])
-
-
-def action_spec(manifest: dict) -> ActionSpec:
-    """A manifest's action mode; version 1 bundles (no ``action.spec``) are joint mode."""
-    action = manifest["action"]
-    if "spec" not in action:
-        return ActionSpec("joint", num_actions=int(action["num_actions"]))
-    return ActionSpec.from_state_dict(action["spec"])
-
-
-def _search_config(path: Path, fields: dict) -> SearchConfig:
-    try:
-        return SearchConfig(**fields)
-    except (TypeError, ValueError) as error:
-        raise BundleError(f"{path}: the search settings are not valid: {error}") from None
-
-
-def _check_graphs(bundle: Path, manifest: dict, sessions: dict) -> None:
+def _check_graphs(bundle: Path, manifest: Manifest, sessions: dict) -> None:
     """The graphs take the observations and give the actions the manifest describes."""
-    observation = sessions["initial.onnx"].get_inputs()[0]
+    where = bundle / MANIFEST_FILE
+    observation = sessions[INITIAL].get_inputs()[0]
     graph_shape = [n if isinstance(n, int) else None for n in observation.shape[1:]]
-    if graph_shape != manifest["observation"]["shape"]:
-        raise BundleError(f"{bundle / MANIFEST} says observations have shape {manifest['observation']['shape']}, but "
-                          f"initial.onnx takes {graph_shape}: the manifest was edited or belongs to another bundle")
+    shape = list(manifest.observation.shape)
+    if graph_shape != shape:
+        raise BundleError(f"{where} says observations have shape {shape}, but {INITIAL.file} takes {graph_shape}: "
+                          f"the manifest was edited or belongs to another bundle")
     graph_dtype = {"tensor(float)": "float32", "tensor(uint8)": "uint8"}.get(observation.type, observation.type)
-    if graph_dtype != str(np.dtype(manifest["observation"]["dtype"])):
-        raise BundleError(f"{bundle / MANIFEST} says observations are {manifest['observation']['dtype']}, but "
-                          f"initial.onnx takes {graph_dtype}")
-    spec = action_spec(manifest)
-    for name in _GRAPHS:
-        logits = sessions[name].get_outputs()[-1].shape[-1]
+    if graph_dtype != manifest.observation.dtype:
+        raise BundleError(f"{where} says observations are {manifest.observation.dtype}, but {INITIAL.file} takes "
+                          f"{graph_dtype}")
+    spec = manifest.action_spec
+    for graph in GRAPHS:
+        logits = sessions[graph].get_outputs()[-1].shape[-1]
         if isinstance(logits, int) and logits != spec.policy_size:
-            raise BundleError(f"{bundle / MANIFEST} says the actions are {spec.describe()} ({spec.policy_size} policy "
-                              f"outputs), but {name} gives {logits}")
-    action_input = sessions["recurrent.onnx"].get_inputs()[3]
+            raise BundleError(f"{where} says the actions are {spec.describe()} ({spec.policy_size} policy "
+                              f"outputs), but {graph.file} gives {logits}")
+    action_input = sessions[RECURRENT].get_inputs()[RECURRENT.inputs.index("action")]
     want = "tensor(float)" if spec.sampled else "tensor(int64)"
     if action_input.type != want:
-        raise BundleError(f"{bundle / MANIFEST} says the actions are {spec.describe()}, but recurrent.onnx takes "
+        raise BundleError(f"{where} says the actions are {spec.describe()}, but {RECURRENT.file} takes "
                           f"actions of type {action_input.type}")
-    lstm = sessions["recurrent.onnx"].get_inputs()[1].shape[-1]
-    if isinstance(lstm, int) and lstm != manifest["hidden"]["lstm_hidden"]:
-        raise BundleError(f"{bundle / MANIFEST} says the LSTM has {manifest['hidden']['lstm_hidden']} units, but "
-                          f"recurrent.onnx takes {lstm}")
+    lstm = sessions[RECURRENT].get_inputs()[RECURRENT.inputs.index("lstm_h")].shape[-1]
+    if isinstance(lstm, int) and lstm != manifest.hidden.lstm_hidden:
+        raise BundleError(f"{where} says the LSTM has {manifest.hidden.lstm_hidden} units, but "
+                          f"{RECURRENT.file} takes {lstm}")

@@ -1,14 +1,8 @@
 """ez-robot: EfficientZero agents for DeepMind Control and Atari, deployable on robots."""
-from importlib.metadata import PackageNotFoundError, version
-
 from ez_robot.mcts import RootOutput, SearchConfig, SearchOutput, search, visit_policy
 from ez_robot.action_modes import ActionSpec
 from ez_robot import api
 from ez_robot.api import Agent, evaluate, export_bundle, load, train
-
-try:
-    __version__ = version("ez-robot")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+from ez_robot._version import __version__
 
 __all__ = ["train", "load", "Agent", "evaluate", "export_bundle", "api", "ActionSpec", "RootOutput", "SearchConfig", "SearchOutput", "search", "visit_policy", "__version__"]

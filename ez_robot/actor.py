@@ -18,7 +18,8 @@ import numpy as np
 from ez_robot.mcts import SearchConfig, visit_policy
 from ez_robot.envs.guard import ENV_ERROR
 from ez_robot.envs.wrappers import TASK_REWARD
-from ez_robot.inference import TorchInference, run_search
+from ez_robot.inference import run_search
+from ez_robot.torch_inference import TorchInference
 from ez_robot.replay import Segment
 
 __all__ = ["Actor", "EpisodeStats", "Played"]

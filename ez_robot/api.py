@@ -276,7 +276,7 @@ def load(run_dir: str | Path, checkpoint: str | Path | None = None, device: str 
     ``search_overrides`` (``["search.num_simulations=8"]``) change its search, as
     ``ez-robot eval --set`` does."""
     from ez_robot.device import resolve_device
-    from ez_robot.evaluation import load_run
+    from ez_robot.checkpoint import load_run
 
     return Agent(load_run(run_dir, checkpoint, resolve_device(device)), search_overrides)
 

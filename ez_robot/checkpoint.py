@@ -17,7 +17,8 @@
   file is found before a run starts.  Files of evicted segments are deleted after the
   checkpoint that no longer needs them.
 
-Both trainers (single-process and Ray) write and read the same format.
+Both trainers (single-process and Ray) write and read the same format; :func:`load_run`
+gives a run's trained network for evaluation, export and the Python API.
 """
 from __future__ import annotations
 
@@ -28,19 +29,20 @@ import pickle
 import time
 import warnings
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-import ez_robot
+from ez_robot._version import __version__
 from ez_robot.errors import ConfigError, RunError
 
 __all__ = ["CHECKPOINT_FORMAT", "checkpoint_path", "write_checkpoint", "read_checkpoint", "resume_config",
-           "trained_network", "ReplayFiles"]
+           "trained_network", "LoadedRun", "load_run", "ReplayFiles"]
 
 CHECKPOINT_FORMAT = 2
 """Bumped only by changes that older readers cannot load; new optional keys keep it.
-Format 1 (ez-robot 0.1.0 before 2026-11-24) pickled numpy objects and cannot be read safely."""
+Format 1 (the first ez-robot 0.1.0 checkpoints) pickled numpy objects and cannot be read safely."""
 
 _NEEDED = ("format", "trainer", "config", "spec", "counters", "learner")
 _LEARNER_NEEDED = ("model", "target_model", "acting_model", "optimizer", "train_steps", "versions", "generator")
@@ -65,7 +67,7 @@ def write_checkpoint(run_dir: Path | str, *, trainer: str, config, spec, counter
 
     from ez_robot.config import config_to_dict
 
-    state = {"format": CHECKPOINT_FORMAT, "ez_robot_version": ez_robot.__version__,
+    state = {"format": CHECKPOINT_FORMAT, "ez_robot_version": __version__,
              "torch_version": str(torch.__version__), "trainer": trainer, "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
              "config": config_to_dict(config), "spec": spec.state_dict(),
              "counters": counters.state_dict(), "restarts": int(restarts), "metrics_bytes": metrics_bytes,
@@ -151,7 +153,7 @@ def read_checkpoint(where: Path | str) -> dict:
         raise RunError(f"{path} is not an ez-robot training checkpoint")
     if state["format"] != CHECKPOINT_FORMAT:
         raise RunError(f"{path} has checkpoint format {state['format']!r} (written by ez-robot "
-                       f"{state.get('ez_robot_version', '?')}); this ez-robot ({ez_robot.__version__}) reads "
+                       f"{state.get('ez_robot_version', '?')}); this ez-robot ({__version__}) reads "
                        f"format {CHECKPOINT_FORMAT} only")
     missing = [key for key in _NEEDED if key not in state]
     missing += [f"learner.{key}" for key in _LEARNER_NEEDED if isinstance(state.get("learner"), dict)
@@ -206,6 +208,28 @@ def trained_network(state: dict, device="cpu"):
         raise RunError(f"the weights in {state['path']} do not fit the network its config describes: "
                        f"{' '.join(str(error).split())[:400]}") from None
     return net.to(device).eval(), config
+
+
+@dataclass
+class LoadedRun:
+    run_dir: Path
+    checkpoint: Path
+    config: object          # ez_robot.config.Config
+    net: object             # EfficientZeroNet, eval mode, on the requested device
+    counters: dict
+
+
+def load_run(run_dir: str | Path, checkpoint: str | Path | None = None, device="cpu") -> LoadedRun:
+    """The trained network of a run directory (its latest checkpoint, or ``checkpoint``);
+    :class:`ez_robot.errors.RunError` naming the problem when it cannot be used."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunError(f"{run_dir} is not a directory; give the run directory that `ez-robot train` wrote")
+    if checkpoint is not None and not Path(checkpoint).is_file():
+        raise RunError(f"no checkpoint file at {checkpoint}")
+    state = read_checkpoint(checkpoint if checkpoint is not None else run_dir)
+    net, config = trained_network(state, device)
+    return LoadedRun(run_dir, Path(state["path"]), config, net, dict(state["counters"]))
 
 
 # --- replay ----------------------------------------------------------------------------

@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ez_robot.checkpoint import checkpoint_path, load_run
 from ez_robot.errors import ConfigError, RunError
+from ez_robot.video import VideoWriter
 
-__all__ = ["LoadedRun", "load_run", "play", "evaluate", "evaluate_run", "report_path", "human_normalized",
-           "atari_reference_scores"]
+__all__ = ["play", "evaluate", "evaluate_run", "report_path", "human_normalized", "atari_reference_scores"]
 
 
 # --- reference scores ------------------------------------------------------------------
@@ -50,32 +51,6 @@ def human_normalized(task: str, score: float) -> float | None:
         return None
     low, high = scores["random"][game], scores["human"][game]
     return (score - low) / (high - low)
-
-
-# --- loading a run ---------------------------------------------------------------------
-
-@dataclass
-class LoadedRun:
-    run_dir: Path
-    checkpoint: Path
-    config: object          # ez_robot.config.Config
-    net: object             # EfficientZeroNet, eval mode, on the requested device
-    counters: dict
-
-
-def load_run(run_dir: str | Path, checkpoint: str | Path | None = None, device="cpu") -> LoadedRun:
-    """The trained network of a run directory (its latest checkpoint, or ``checkpoint``);
-    :class:`ez_robot.errors.RunError` naming the problem when it cannot be used."""
-    from ez_robot.checkpoint import read_checkpoint, trained_network
-
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise RunError(f"{run_dir} is not a directory; give the run directory that `ez-robot train` wrote")
-    if checkpoint is not None and not Path(checkpoint).is_file():
-        raise RunError(f"no checkpoint file at {checkpoint}")
-    state = read_checkpoint(checkpoint if checkpoint is not None else run_dir)
-    net, config = trained_network(state, device)
-    return LoadedRun(run_dir, Path(state["path"]), config, net, dict(state["counters"]))
 
 
 # --- playing episodes ------------------------------------------------------------------
@@ -108,7 +83,8 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
     """
     from ez_robot.envs import make_from_config, render_frame
     from ez_robot.config import search_config
-    from ez_robot.inference import TorchInference, run_search
+    from ez_robot.inference import run_search
+    from ez_robot.torch_inference import TorchInference
 
     if episodes < 1:
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
@@ -116,7 +92,7 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
     greedy = search_config(config).replace(add_noise=False, temperature=0.0)
     envs = [make_from_config(config.env, seed=seed + i, mode="eval") for i in range(episodes)]
     observations = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
-    writers = {i: _VideoWriter(video_dir, i, render_frame(envs[i]), video_fps(envs[i], config))
+    writers = {i: _EpisodeVideo(video_dir, i, render_frame(envs[i]), video_fps(envs[i], config))
                for i in range(min(record, episodes))}
     returns, lengths, done = np.zeros(episodes), np.zeros(episodes, int), np.zeros(episodes, bool)
     successes: list = [None] * episodes
@@ -171,36 +147,26 @@ def evaluate(net, config, device, episodes: int) -> dict:
     return out
 
 
-class _VideoWriter:
-    """One episode's mp4 through imageio's ffmpeg plugin (the binary ships in imageio-ffmpeg)."""
+class _EpisodeVideo:
+    """One episode's mp4, written under a temporary name and renamed after its return when
+    the episode ends (an interrupted evaluation leaves no video behind)."""
 
     def __init__(self, directory: Path, episode: int, first_frame: np.ndarray, fps: float):
-        import imageio.v2 as imageio
-
-        directory.mkdir(parents=True, exist_ok=True)
         self.directory, self.episode = directory, episode
-        self.path = directory / f".episode-{episode:03d}.partial.mp4"
-        # macro_block_size=1 keeps odd game sizes (160 px wide is fine, 210 high is not a
-        # multiple of 16) without resizing; yuv420p plays in every browser and player.
-        self.writer = imageio.get_writer(self.path, format="FFMPEG", mode="I", fps=fps, codec="libx264",
-                                         macro_block_size=1, pixelformat="yuv420p", output_params=["-crf", "23"])
+        self.writer = VideoWriter(directory / f".episode-{episode:03d}.partial.mp4", fps)
         self.add(first_frame)
 
     def add(self, frame: np.ndarray) -> None:
-        frame = np.asarray(frame, np.uint8)
-        if frame.shape[0] % 2 or frame.shape[1] % 2:  # yuv420p needs even sides
-            frame = np.pad(frame, ((0, frame.shape[0] % 2), (0, frame.shape[1] % 2), (0, 0)), mode="edge")
-        self.writer.append_data(frame)
+        self.writer.add(frame)
 
     def finish(self, episode_return: float) -> Path:
         self.writer.close()
         final = self.directory / f"episode-{self.episode:03d}-return-{episode_return:.1f}.mp4"
-        os.replace(self.path, final)
+        os.replace(self.writer.path, final)
         return final
 
     def abort(self) -> None:
-        self.writer.close()
-        self.path.unlink(missing_ok=True)
+        self.writer.abort()
 
 
 def _progress_bar(enabled: bool, episodes: int):
@@ -242,8 +208,6 @@ def report_path(run_dir: Path, search_overrides=(), checkpoint: str | None = Non
 
 
 def _is_latest(run_dir: Path, checkpoint: Path) -> bool:
-    from ez_robot.checkpoint import checkpoint_path
-
     latest = checkpoint_path(run_dir)
     return latest.is_file() and checkpoint.resolve() == latest.resolve()
 

@@ -25,7 +25,8 @@ import numpy as np
 from ez_robot.batch import Batch
 from ez_robot.mcts import SearchConfig, visit_policy
 from ez_robot.config import search_config
-from ez_robot.inference import TorchInference, run_search
+from ez_robot.inference import run_search
+from ez_robot.torch_inference import TorchInference
 from ez_robot.replay import SearchResults
 from ez_robot.targets import Targets
 

@@ -158,7 +158,7 @@ def gaussian_net():
 
 @pytest.mark.parametrize("noise", [True, False], ids=["training", "greedy"])
 def test_sampled_search_returns_one_of_its_candidates_and_an_improved_policy(gaussian_net, noise):
-    from ez_robot.inference import TorchInference
+    from ez_robot.torch_inference import TorchInference
 
     inference = TorchInference(gaussian_net, "cpu")
     obs = np.random.default_rng(6).standard_normal((5, 24)).astype(np.float32)
@@ -317,7 +317,7 @@ def test_a_six_joint_task_trains(tmp_path, mode, trainer, body):
     longest test; the trainers share every component the mode touches), and each state
     body in one of them."""
     from ez_robot import ray_trainer, trainer as single_trainer
-    from ez_robot.evaluation import load_run
+    from ez_robot.checkpoint import load_run
 
     config = load_config("walker_walk", budget="240", seed=1,
                          overrides=TINY + [f"env.action_mode={mode}", "env.factorized_bins=5",

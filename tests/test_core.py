@@ -9,7 +9,8 @@ from torch._dynamo.utils import counters
 
 from ez_robot.config import load_config, search_config
 from ez_robot.errors import ConfigError
-from ez_robot.inference import TorchInference, run_search
+from ez_robot.inference import run_search
+from ez_robot.torch_inference import TorchInference
 from ez_robot.learner import Learner, augment
 from ez_robot.networks import make_network
 from ez_robot.reanalyze import reanalyze

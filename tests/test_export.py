@@ -21,10 +21,11 @@ from ez_robot.builders import EnvSpec
 from ez_robot.config import load_config, search_config
 from ez_robot.envs import make_from_config
 from ez_robot.envs.wrappers import discrete_action_table
-from ez_robot.export import onnx_export
+from ez_robot.export import onnx_export, onnx_graphs
+from ez_robot.export.bundle import FORMAT_NAME, FORMAT_VERSION, INITIAL, RECURRENT, Manifest
 from ez_robot.export.onnx_export import ExportError, export_model, export_run
-from ez_robot.export.runtime import BUNDLE_FORMAT, BundleError, ObservationError, Policy
-from ez_robot.inference import TorchInference
+from ez_robot.export.runtime import BundleError, ObservationError, Policy
+from ez_robot.torch_inference import TorchInference
 from ez_robot.networks import make_network, support_to_scalar
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,8 +139,8 @@ def test_export_writes_a_validated_bundle_with_its_manifest(state):
     bundle, manifest = state["bundle"], state["manifest"]
     assert sorted(p.name for p in bundle.iterdir()) == ["initial.onnx", "manifest.json", "recurrent.onnx"]
     assert json.loads((bundle / "manifest.json").read_text()) == manifest
-    assert (manifest["format"], manifest["format_version"]) == BUNDLE_FORMAT
-    assert manifest["ez_robot_version"] == ez_robot.__version__ and manifest["opset"] == onnx_export.OPSET
+    assert (manifest["format"], manifest["format_version"]) == (FORMAT_NAME, FORMAT_VERSION) == ("ez-robot-bundle", 2)
+    assert manifest["ez_robot_version"] == ez_robot.__version__ and manifest["opset"] == onnx_graphs.OPSET
     assert manifest["task"] == "cartpole_swingup" and manifest["counters"]["agent_steps"] == 123
     assert manifest["observation"] == {"shape": [5], "dtype": "float32", "kind": "state", "layout": None,
                                        "normalized_in_graph": True}  # the dmc_state preset normalizes states
@@ -351,6 +352,25 @@ def test_unusable_bundles_are_named(state, tmp_path, change, message):
         Policy.load(corrupt(state["bundle"], tmp_path, change))
 
 
+@pytest.mark.parametrize("case", ["state", "pixels", "no_prefix"])
+def test_the_manifest_round_trips_through_its_dataclass(case, request):
+    """The exporter writes and the runtime reads one format: every key of a written
+    manifest survives Manifest.from_json -> to_json, and the runtime's graphs have the
+    names bundle.py gives."""
+    fixture = request.getfixturevalue(case)
+    data = json.loads((fixture["bundle"] / "manifest.json").read_text())
+    manifest = Manifest.from_json(data, fixture["bundle"] / "manifest.json")
+    assert manifest.to_json() == data == fixture["manifest"]
+    assert manifest.observation.shape == tuple(fixture["net"].obs_shape)
+    assert manifest.action_spec == fixture["net"].action_spec and manifest.search.num_simulations == 12
+    assert Manifest.from_json({**data, "note": {"robot": "arm-2"}}).to_json()["note"] == {"robot": "arm-2"}
+    policy = Policy.load(fixture["bundle"])
+    assert policy.manifest == data
+    for graph, session in [(INITIAL, policy.networks._initial), (RECURRENT, policy.networks._recurrent)]:
+        assert tuple(i.name for i in session.get_inputs()) == graph.inputs
+        assert tuple(o.name for o in session.get_outputs()) == graph.outputs
+
+
 def test_unknown_preset(state):
     with pytest.raises(ValueError, match="preset must be one of latency, throughput"):
         Policy.load(state["bundle"], preset="fast")
@@ -387,6 +407,21 @@ def test_cli_export_then_run(state, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "1 episode(s), mean return" in out.stdout and "125 decisions at" in out.stdout
     assert "missed deadline(s)" in out.stdout
+
+
+def test_cli_run_writes_a_video_of_the_episode(state, tmp_path):
+    video = tmp_path / "videos" / "run.mp4"
+    out = ez("run", str(state["bundle"]), "--rate", "500", "--simulations", "2", "--video", str(video))
+    assert out.returncode == 0, out.stderr
+    assert f"video: {video}" in out.stdout and "125 decisions at" in out.stdout
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(video, format="FFMPEG")
+    try:
+        frames = [frame.shape for frame in reader]
+    finally:
+        reader.close()
+    assert len(frames) == 126 and frames[0][2] == 3  # the reset and each of the 125 decisions
 
 
 @pytest.mark.parametrize("args,message", [

@@ -11,7 +11,7 @@ from ez_robot.actor import Actor
 from ez_robot.config import load_config
 from ez_robot.envs.guard import ENV_ERROR, RemakeOnError
 from ez_robot.errors import EnvironmentFailed
-from ez_robot.inference import TorchInference
+from ez_robot.torch_inference import TorchInference
 from ez_robot.networks import make_network
 
 TINY = ["replay.min_replay_size=60", "train.batch_size=8", "search.num_simulations=4",

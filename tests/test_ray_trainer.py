@@ -12,7 +12,7 @@ import torch
 
 from ez_robot.checkpoint import CHECKPOINT_FORMAT
 from ez_robot.config import load_config
-from ez_robot.evaluation import load_run
+from ez_robot.checkpoint import load_run
 from ez_robot.ray_cluster import init_ray
 
 TINY = ["replay.min_replay_size=60", "train.batch_size=8", "search.num_simulations=4",

@@ -19,7 +19,7 @@ from ez_robot.checkpoint import CHECKPOINT_FORMAT, ReplayFiles, read_checkpoint,
     write_checkpoint
 from ez_robot.cli import main
 from ez_robot.config import ReplayConfig, load_config
-from ez_robot.evaluation import load_run
+from ez_robot.checkpoint import load_run
 from ez_robot.replay import ReplayBuffer, Segment
 from ez_robot.schedules import Counters
 from ez_robot.trainer import train

@@ -13,7 +13,7 @@ from ez_robot.config import load_config, make_env
 from ez_robot.envs.wrappers import (TASK_REWARD, FactorizedActions, FlatObservations, JointDiscreteActions,
                                     NormalizedActions, RepeatAction, observation_layout)
 from ez_robot.errors import ConfigError, ObservationError
-from ez_robot.inference import TorchInference
+from ez_robot.torch_inference import TorchInference
 from ez_robot.networks import make_network
 from tests.custom_envs import PointEnv, make_point
 
