@@ -27,7 +27,6 @@ import numpy as np
 from ez_robot.checkpoint import checkpoint_path, read_checkpoint, resume_config
 from ez_robot.config import load_config
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def run(task, budget, seed, overrides, eval_every, eval_episodes, run_root, num_envs, threads, workers,
@@ -92,7 +91,7 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    RESULTS.mkdir(exist_ok=True)
+    args.run_root.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     rows, curves = [], {}
     probe = load_config(args.task, budget=args.budget, overrides=args.overrides)
@@ -119,7 +118,7 @@ def main():
     if args.target is not None:
         ax.axhline(args.target, color="gray", linestyle="--", linewidth=1)
     ax.legend()
-    png = RESULTS / f"{args.name or args.task.replace(':', '-')}.png"
+    png = args.run_root / f"{args.name or args.task.replace(':', '-')}.png"
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     print(f"curve: {png}")

@@ -16,16 +16,23 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib.util
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from ez_robot.envs.suite import Suite
+from ez_robot.errors import ConfigError
 
 __all__ = ["atari_games", "make_atari", "AtariSuite"]
 
 PREFIX = "atari:"
+
+
+def ale_installed() -> bool:
+    """ale-py comes with the ``atari`` extra; a training install without it has no Atari."""
+    return importlib.util.find_spec("ale_py") is not None
 
 
 @functools.cache
@@ -107,9 +114,12 @@ class AtariSuite(Suite):
         return task.startswith(PREFIX)
 
     def task_names(self) -> list[str]:
-        return [f"{PREFIX}{game}" for game in atari_games()]
+        return [f"{PREFIX}{game}" for game in atari_games()] if ale_installed() else []
 
     def knows(self, task: str) -> bool:
+        if not ale_installed():
+            raise ConfigError(f"{task} needs ale-py, which the Atari extra installs: pip install 'ez-robot[atari]' "
+                              "(from a checkout: pip install -e '.[atari]')")
         return task.removeprefix(PREFIX) in atari_games()
 
     def preset_family(self, task: str, obs: str) -> str:

@@ -147,10 +147,7 @@ class Policy:
         self.action_high = np.asarray(action.high, np.float64) if self.continuous else None
         self._search_config = manifest.search.replace(add_noise=False, temperature=0.0)
         if num_simulations is not None:
-            try:
-                self._search_config.replace(num_simulations=num_simulations)
-            except (TypeError, ValueError) as error:
-                raise ConfigError(str(error)) from None
+            self._search_config.replace(num_simulations=num_simulations)  # checked as the config checks it
         self.num_simulations = self._search_config.num_simulations if num_simulations is None else num_simulations
         """Simulations per decision (the trained config's by default)."""
         self.deadline_ms = deadline_ms

@@ -1,10 +1,8 @@
 """Config presets, overrides, budgets and their error messages."""
-import ast
 import dataclasses
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -318,63 +316,3 @@ def test_importing_the_config_leaves_the_task_registry_unloaded():
             "print(sorted(m for m in ('ez_robot.envs', 'gymnasium', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-
-
-def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
-    """The modules of ``modules`` that importing ``name`` (at ``path``) runs, from any import
-    statement in it, those inside functions included: the module named, and the package
-    ``__init__`` modules on the way that are not already running (the importer's own)."""
-    targets = set()
-    package = name if path.stem == "__init__" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            named = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(parent + ([base] if base else []))
-            # `from package import module` runs the module; `from module import name` needs the module run
-            named = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
-        else:
-            continue
-        for target in named:
-            parts = target.split(".")
-            chain = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
-            targets |= {m for m in chain if m in modules and (m == target or not name.startswith(m + "."))}
-    targets.discard(name)
-    return targets
-
-
-def test_the_config_asks_the_task_registry_one_way():
-    """``ez_robot.config`` may import ``ez_robot.envs``; no module of ``ez_robot.envs``
-    imports the config (not even inside a function), and no import cycle runs through
-    the config, the envs or the shared field checks."""
-    import ez_robot.checks
-    import ez_robot.config
-    import ez_robot.envs
-
-    paths = {"ez_robot.checks": Path(ez_robot.checks.__file__)}
-    for package in (ez_robot.config, ez_robot.envs):
-        for path in Path(package.__file__).parent.glob("*.py"):
-            paths[package.__name__ if path.stem == "__init__" else f"{package.__name__}.{path.stem}"] = path
-    graph = {name: _imports(path, name, set(paths)) for name, path in paths.items()}
-    assert {"ez_robot.envs", "ez_robot.config.loading", "ez_robot.envs.registry"} <= set(graph)
-    assert "ez_robot.envs" in graph["ez_robot.config.tasks"]  # the config does ask the registry
-    for name, targets in graph.items():
-        if name.startswith("ez_robot.envs"):
-            assert not [t for t in targets if t.startswith("ez_robot.config")], name
-    done, path = set(), []
-
-    def visit(name):  # depth-first: a module met again on the current path closes a cycle
-        assert name not in path, f"import cycle: {' -> '.join(path[path.index(name):] + [name])}"
-        if name in done:
-            return
-        path.append(name)
-        for target in sorted(graph[name]):
-            visit(target)
-        path.pop()
-        done.add(name)
-
-    for name in sorted(graph):
-        visit(name)

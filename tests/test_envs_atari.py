@@ -101,3 +101,17 @@ def test_errors():
         make_atari("Pong", mode="play")
     with pytest.raises(ValueError, match="frame_size must be >= 8"):
         make_atari("Pong", frame_size=4)
+
+
+def test_without_ale_py_atari_tasks_are_absent_and_named_with_the_extra(monkeypatch):
+    """A training install without the Atari extra lists no Atari task, and naming one says
+    which extra to install (not a ModuleNotFoundError)."""
+    from ez_robot import envs
+    from ez_robot.envs import atari
+    from ez_robot.errors import ConfigError
+
+    monkeypatch.setattr(atari, "ale_installed", lambda: False)
+    names = envs.task_names()
+    assert "cartpole_swingup" in names and not [n for n in names if n.startswith("atari:")]
+    with pytest.raises(ConfigError, match=r"ez-robot\[atari\]"):
+        envs.validate_task("atari:Pong")

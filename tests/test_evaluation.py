@@ -6,7 +6,6 @@ import shutil
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,7 +127,7 @@ def test_atari_video_shows_the_game_screen_and_eval_mode_keeps_raw_scores(tmp_pa
 
 
 def test_classic_control_videos_show_the_rendered_env(tmp_path):
-    """The README's quick check (gym:CartPole-v1) makes videos too: Gymnasium renders it."""
+    """The quickstart's check (gym:CartPole-v1) makes videos too: Gymnasium renders it."""
     config = load_config("gym:CartPole-v1", overrides=TINY_MODEL)
     net = make_network((4,), 2, config.model)
     episodes = play(net, config, "cpu", episodes=1, seed=0, record=1, video_dir=tmp_path)
@@ -344,51 +343,6 @@ def test_a_report_directory_that_cannot_be_made_is_a_message(tmp_path, tiny_run)
     (tmp_path / "a-file").write_text("")
     out = tmp_path / "a-file" / "report"
     assert f"cannot write the report to {out}: Not a directory" in user_error("report", tiny_run, "-o", out).stderr
-
-
-ARCHIVE_SCRIPT = str(Path(__file__).resolve().parents[1] / "benchmarks" / "archive_run.py")
-
-
-def test_an_archived_run_reports_as_the_run_does(tmp_path, tiny_run):
-    """benchmarks/archive_run.py keeps a run small enough to commit: the report over the copy
-    is the report over the run, and the copy holds no episodes and no checkpoints."""
-    run = _copy_run(tiny_run, tmp_path / "runs" / "cart-s0", lambda c: None)
-    (run / "eval.json").write_text(json.dumps({"mean": 12.5}))
-    (run / "eval-num_simulations=8.json").write_text(json.dumps({"mean": 10.0}))  # an experiment's, kept too
-    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    template = [r for r in records if r["kind"] == "train"][-1]
-    with (run / "metrics.jsonl").open("a") as f:  # a run that went on logging, then was killed mid-write
-        for step in range(1, 21):
-            f.write(json.dumps({**template, "time": template["time"] + step, "env_frames": template["env_frames"] + step,
-                                "train_steps": template["train_steps"] + step, "loss": 1.0 / step}) + "\n")
-            f.write(json.dumps({"kind": "episode", "time": template["time"] + step, "episode_return": 1.0}) + "\n")
-        f.write('{"kind": "episode", "time": 1')
-    archive = tmp_path / "archive"
-    done = subprocess.run([sys.executable, ARCHIVE_SCRIPT, str(run), "--to", str(archive), "--train-points", "3"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    (copy,) = archive.iterdir()
-    assert copy.name == "cartpole_swingup-cart-s0"
-    assert f"git add {copy}" in done.stdout  # new files are left out by `git commit -a`
-    assert sorted(p.name for p in copy.iterdir()) == ["config.yaml", "eval-num_simulations=8.json", "eval.json",
-                                                     "metrics.jsonl"]
-    kinds = [json.loads(line)["kind"] for line in (copy / "metrics.jsonl").read_text().splitlines()]
-    original = [json.loads(line)["kind"] for line in (run / "metrics.jsonl").read_text().splitlines()[:-1]]
-    assert kinds.count("eval") == original.count("eval") > 0
-    assert kinds.count("train") == 3 < original.count("train")
-    assert "episode" not in kinds[1:-1]
-    reports = {}
-    for name, target in (("run", run), ("copy", copy)):
-        out = ez("report", str(target), "-o", str(tmp_path / name))
-        assert out.returncode == 0, out.stderr
-        reports[name] = (tmp_path / name / "report.md").read_text().split("## Summary")[1].split("\n## ")[0]
-    assert reports["run"] == reports["copy"] and "12.5" in reports["copy"]
-    again = subprocess.run([sys.executable, ARCHIVE_SCRIPT, str(run), "--to", str(archive)],
-                           capture_output=True, text=True, timeout=120)
-    assert again.returncode != 0 and "exists" in again.stderr and "Traceback" not in again.stderr
-    stray = subprocess.run([sys.executable, ARCHIVE_SCRIPT, str(tmp_path), "--to", str(archive)],
-                           capture_output=True, text=True, timeout=120)
-    assert stray.returncode != 0 and "not an ez-robot run directory" in stray.stderr
 
 
 def test_statistics_against_hand_computed_values():

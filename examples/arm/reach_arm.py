@@ -24,7 +24,7 @@ Observations (a ``gymnasium.spaces.Dict`` of float32 arrays)
     "lag"         position actuation only: set-point minus joint angle, rad, within +-pi
                   (joints,)
     "to_target"   target minus fingertip, m (2,): the network need not subtract two inputs
-                  to centimetre precision itself (measured: seeds 0-3 of the README's
+                  to centimetre precision itself (measured: seeds 0-3 of docs/your_own_robot.md's
                   command succeed in 77%, 94%, 87%, 81% of 100 episodes with it, 84%, 83%,
                   64%, 84% without); ``to_target=False`` leaves it out
     ``gymnasium.spaces.Dict`` sorts the keys of a plain dict, so the space (and every
@@ -51,7 +51,7 @@ Reward and success
     It counts as solved when ``is_success`` holds at its last decision.
 
 Training it with ez-robot (seeds 0-4 of this command: 98%, 85%, 93%, 90%, 97% success on 100
-episodes after 20k decisions, 29 min alone on 2 cores; see the README)
+episodes after 20k decisions, 29 min alone on 2 cores; see docs/your_own_robot.md)
     ez-robot train --task examples/arm/reach_arm.py:make_arm --budget 20k \
         --set env.action_mode=factorized --set replay.min_replay_size=1000 \
         --set train.batch_size=32 --set train.lr_final=0.03
