@@ -77,7 +77,7 @@ def make_envs(config: Config, seed: int, count: int) -> list:
     from ez_robot.envs.guard import RemakeOnError
 
     make = functools.partial(_make_train_env, config.env)
-    return [RemakeOnError(make, seed + i) for i in range(count)]
+    return [RemakeOnError(make, seed + i, config.env.max_failures_in_a_row, name=config.env.task) for i in range(count)]
 
 
 def _make_train_env(env_config, seed: int):

@@ -9,8 +9,8 @@ on robots without torch.
 """
 from __future__ import annotations
 
-__all__ = ["EzRobotError", "ConfigError", "UnknownTaskError", "RunError", "EnvironmentFailed", "TrainingAborted",
-           "ClusterUnreachable", "ExportError", "BundleError", "ObservationError"]
+__all__ = ["EzRobotError", "ConfigError", "UnknownTaskError", "RunError", "EnvironmentFailed", "EnvValueError",
+           "TrainingAborted", "ClusterUnreachable", "ExportError", "BundleError", "ObservationError"]
 
 
 class EzRobotError(Exception):
@@ -31,6 +31,11 @@ class RunError(EzRobotError):
 
 class EnvironmentFailed(EzRobotError):
     """An environment kept raising after being made again; the run stops."""
+
+
+class EnvValueError(EnvironmentFailed):
+    """An env returned a NaN or infinite observation or reward; the message names the env,
+    the step and the field.  The run stops: no search or training step can use it."""
 
 
 class TrainingAborted(EzRobotError):

@@ -2,8 +2,11 @@
 
 :func:`play` runs whole episodes in eval-mode envs (Atari: no life-loss terminal, raw
 game scores; DMC: the full time limit), every episode's decision batched into one
-search, with no root noise and temperature 0.  Training's periodic evaluation and
-``ez-robot eval`` both call it.  :func:`evaluate_run` loads a run directory's checkpoint
+search, with no root noise and temperature 0.  Training's periodic evaluation,
+``ez-robot eval`` and :func:`ez_robot.evaluate` all call it.  Its envs have self-play's
+fault guard (:class:`ez_robot.envs.guard.RemakeOnError`): an episode whose env raises is
+played again on a new env and counted in ``failed_episodes``; ``env.max_failures_in_a_row``
+failures more than allowed stop the evaluation with the env's error.  :func:`evaluate_run` loads a run directory's checkpoint
 (from the single-process or the Ray trainer: they save the same format), plays, and
 writes its report and, when asked, mp4 replays.  ``eval.json`` is the run's own score (the
 latest checkpoint, the search it trained with), which ``ez-robot report`` reads; an
@@ -14,12 +17,11 @@ from __future__ import annotations
 
 import functools
 import glob
-import json
 import os
 import re
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -28,6 +30,7 @@ import yaml
 
 from ez_robot.checkpoint import checkpoint_path, load_run
 from ez_robot.errors import ConfigError, RunError
+from ez_robot.run_files import strict_json
 from ez_robot.video import VideoWriter
 
 __all__ = ["play", "evaluate", "evaluate_run", "report_path", "human_normalized", "atari_reference_scores"]
@@ -71,6 +74,9 @@ class Episodes:
     successes: list[bool] | None = None
     """``info["is_success"]`` at each episode's last step, where the env reports it (the
     Gymnasium-Robotics convention); None otherwise."""
+    env_errors: list[str] = field(default_factory=list)
+    """The errors of the episodes whose env raised: each was played again on a new env (with
+    another seed), so ``returns`` still holds one return per episode asked for."""
 
 
 def play(net, config, device, episodes: int, seed: int, *, record: int = 0, video_dir: Path | None = None,
@@ -81,7 +87,8 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
     (frames stream to the encoder, so an Atari game of 27k steps costs no memory);
     each file is named after its episode and return when the episode ends.
     """
-    from ez_robot.envs import make_from_config, render_frame
+    from ez_robot.envs import render_frame
+    from ez_robot.envs.guard import ENV_ERROR, RemakeOnError
     from ez_robot.config import search_config
     from ez_robot.inference import run_search
     from ez_robot.torch_inference import TorchInference
@@ -90,13 +97,16 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
         raise ConfigError(f"episodes must be >= 1, got {episodes}")
     inference = TorchInference(net, device)
     greedy = search_config(config).replace(add_noise=False, temperature=0.0)
-    envs = [make_from_config(config.env, seed=seed + i, mode="eval") for i in range(episodes)]
+    make = functools.partial(_make_eval_env, config.env)
+    envs = [RemakeOnError(make, seed + i, config.env.max_failures_in_a_row, name=config.env.task)
+            for i in range(episodes)]
     observations = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
     writers = {i: _EpisodeVideo(video_dir, i, render_frame(envs[i]), video_fps(envs[i], config))
                for i in range(min(record, episodes))}
     returns, lengths, done = np.zeros(episodes), np.zeros(episodes, int), np.zeros(episodes, bool)
     successes: list = [None] * episodes
     videos: list[Path] = []
+    errors: list[str] = []
     rng = np.random.default_rng(seed)
     net.eval()
     bar = _progress_bar(progress, episodes)
@@ -107,6 +117,14 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
             for i, action in zip(live, out.actions):
                 action = int(action) if out.candidates is None else action  # an index, or a vector
                 obs, reward, terminated, truncated, info = envs[i].step(action)
+                if ENV_ERROR in info:  # the env was made again: this episode starts over on it
+                    errors.append(info[ENV_ERROR])
+                    observations[i] = envs[i].reset()[0]
+                    returns[i], lengths[i], successes[i] = 0.0, 0, None
+                    if i in writers:
+                        writers[i].abort()
+                        writers[i] = _EpisodeVideo(video_dir, i, render_frame(envs[i]), video_fps(envs[i], config))
+                    continue
                 if "is_success" in info:
                     successes[i] = bool(info["is_success"])
                 returns[i] += reward
@@ -129,12 +147,20 @@ def play(net, config, device, episodes: int, seed: int, *, record: int = 0, vide
             bar.stop()
     reported = [s for s in successes if s is not None]
     return Episodes(returns.tolist(), lengths.tolist(), videos,
-                    [bool(s) for s in successes] if len(reported) == episodes else None)
+                    [bool(s) for s in successes] if len(reported) == episodes else None, errors)
+
+
+def _make_eval_env(env_config, seed: int):
+    from ez_robot.envs import make_from_config
+
+    return make_from_config(env_config, seed=seed, mode="eval")
 
 
 def evaluate(net, config, device, episodes: int) -> dict:
     """The periodic evaluation during training: ``episodes`` greedy episodes from the
-    run's evaluation seeds; returns mean, std and the returns."""
+    run's evaluation seeds; returns mean, std and the returns, and where an env raised,
+    ``failed_episodes`` and their ``env_errors`` (absent otherwise: a healthy run's metrics
+    stay as they were)."""
     from ez_robot.schedules import eval_seed
 
     start = time.perf_counter()
@@ -144,6 +170,8 @@ def evaluate(net, config, device, episodes: int) -> dict:
            "seconds": time.perf_counter() - start}
     if result.successes is not None:
         out["success_rate"] = float(np.mean(result.successes))
+    if result.env_errors:
+        out.update(failed_episodes=len(result.env_errors), env_errors=result.env_errors)
     return out
 
 
@@ -290,7 +318,8 @@ def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int 
               "agent_steps": run.counters.get("agent_steps"), "env_frames": run.counters.get("env_frames"),
               "train_steps": run.counters.get("train_steps"), **summarize(task, result.returns, result.successes),
               "returns": result.returns, "lengths": result.lengths, "videos": [str(v) for v in result.videos],
+              "failed_episodes": len(result.env_errors), "env_errors": result.env_errors,
               "wall_seconds": time.time() - start}
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.write_text(strict_json(report, indent=2) + "\n")
     os.replace(tmp, out)
     return {**report, "path": str(out)}

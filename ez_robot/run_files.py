@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import time
 import warnings
@@ -21,7 +22,31 @@ from ez_robot.config import Config, config_to_dict
 from ez_robot.errors import RunError
 from ez_robot.schedules import Counters
 
-__all__ = ["RunFiles", "holds_run_dir"]
+__all__ = ["RunFiles", "holds_run_dir", "strict_json"]
+
+
+def strict_json(value, **dumps_options) -> str:
+    """``value`` as standard JSON: a NaN or infinite float is written as ``null``.
+
+    Python's ``json.dumps`` writes them as ``NaN`` and ``Infinity``, tokens no JSON parser
+    but Python's accepts (``jq``, JavaScript, strict readers).  ``null`` is what pandas
+    reads back as NaN; where a record has to tell them apart, the event says so in words
+    (a divergence, an env's error).  A value that is finite is written exactly as
+    ``json.dumps`` writes it."""
+    try:
+        return json.dumps(value, allow_nan=False, **dumps_options)
+    except ValueError:  # a non-finite float somewhere: the rare path
+        return json.dumps(_finite_or_none(value), allow_nan=False, **dumps_options)
+
+
+def _finite_or_none(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(item) for item in value]
+    return value
 
 
 def holds_run_dir(train):
@@ -71,6 +96,9 @@ def holds_run_dir(train):
 class RunFiles:
     """Writes ``config.yaml``, ``metrics.jsonl``, TensorBoard events and checkpoints.
 
+    ``metrics.jsonl`` holds one standard JSON object per line (:func:`strict_json`: a
+    non-finite value is ``null``), so that any JSON reader takes it.
+
     Resuming from ``resume_from`` (a checkpoint) cuts metrics.jsonl back to where that
     checkpoint was taken, and TensorBoard drops the events after it, so that the logs go
     on from the checkpoint's counters without the steps a killed run did after it."""
@@ -96,7 +124,7 @@ class RunFiles:
     def log(self, kind: str, counters: Counters, **values) -> None:
         record = {"kind": kind, "time": time.time(), "agent_steps": counters.agent_steps,
                   "env_frames": counters.env_frames, "train_steps": counters.train_steps, **values}
-        self.metrics.write(json.dumps(record) + "\n")
+        self.metrics.write(strict_json(record) + "\n")  # NaN and infinities as null
         self.metrics.flush()
         for name, value in values.items():  # scalars only, against env frames (the budget's x-axis)
             if isinstance(value, (int, float)) and not isinstance(value, bool):

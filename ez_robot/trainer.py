@@ -7,6 +7,7 @@ and checkpoints, and either resumes a run the other wrote.
 """
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from ez_robot.builders import EnvSpec, make_actor, make_envs, make_learner, make
 from ez_robot.checkpoint import ReplayFiles
 from ez_robot.config import Config
 from ez_robot.device import check_compile, resolve_device, set_threads
-from ez_robot.errors import ConfigError, TrainingAborted
+from ez_robot.errors import ConfigError, EnvironmentFailed, EnvValueError, TrainingAborted
 from ez_robot.evaluation import evaluate
 from ez_robot.inference import make_inference
 from ez_robot.reanalyze import Sweeper, reanalyze, reanalyze_search_config
@@ -208,7 +209,8 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
     to go on from, with ``config`` its config (perhaps with a larger budget).
     ``max_seconds`` stops the training process earlier (a job's time limit, a benchmark), with a
     checkpoint that resumes it and without the final evaluation.  Ctrl-C and SIGTERM stop
-    it with a checkpoint too."""
+    it with a checkpoint too, and so does an env that keeps failing or returns a NaN
+    (:class:`ez_robot.errors.EnvironmentFailed`, logged as ``env_failed``)."""
     set_threads(threads)
     torch.manual_seed(config.seed)
     if resume is not None:
@@ -242,9 +244,19 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
         diverged = True  # keep the last good checkpoint: this state is not one
         files.log("diverged", c, error=str(error))
         raise
+    except EnvironmentFailed as error:  # the checkpoint written below resumes the run once the env is mended
+        files.log("env_failed", c, error=str(error))
+        raise type(error)(f"{error}; {_env_remedy(error)}, then resume the run with its checkpoint: "
+                          f"ez-robot train --resume {shlex.quote(str(run_dir))}") from None
     finally:
         clock.close()
         if not diverged:  # at the end, and on Ctrl-C, SIGTERM or any other error
             run.save(files)
         files.close()
     return clock.summary(c, last_eval, run.stopwatch.seconds, finished=run.done())
+
+
+def _env_remedy(error: EnvironmentFailed) -> str:
+    if isinstance(error, EnvValueError):
+        return "mend the env"
+    return "mend the env (or allow more failures: --set env.max_failures_in_a_row=N)"

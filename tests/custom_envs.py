@@ -83,3 +83,52 @@ def make_tuple_observations():
     env = PointEnv()
     env.observation_space = spaces.Tuple((spaces.Discrete(2), spaces.Discrete(3)))
     return env
+
+
+class _FaultyPoint(PointEnv):
+    """A PointEnv whose simulator raises at step ``fail_at`` of an episode: of every episode,
+    or only of those reset with a seed in ``fail_seeds`` (evaluation's seeds, say)."""
+
+    def __init__(self, fail_at: int, fail_seeds, horizon: int):
+        super().__init__(horizon)
+        self.fail_at, self.fail_seeds, self.failing = fail_at, fail_seeds, False
+
+    def reset(self, *, seed=None, options=None):
+        self.failing = self.fail_seeds is None or seed in self.fail_seeds
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        if self.failing and self.steps + 1 == self.fail_at:
+            raise RuntimeError("the motor driver stopped answering")
+        return super().step(action)
+
+
+def make_faulty_point(fail_at: int = 3, fail_seeds: list | None = None, horizon: int = 10) -> PointEnv:
+    return _FaultyPoint(fail_at, fail_seeds, horizon)
+
+
+class _BadValuePoint(PointEnv):
+    """A PointEnv that returns ``value`` (nan, inf) at step ``at_step`` of its first episode,
+    in its reward or in the observation's ``goal[1]``."""
+
+    def __init__(self, field: str, at_step: int, value: float, horizon: int):
+        super().__init__(horizon)
+        self.field, self.at_step, self.value, self.episodes = field, at_step, value, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.episodes += 1
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.episodes == 1 and self.steps == self.at_step:
+            if self.field == "reward":
+                reward = self.value
+            else:
+                obs["goal"][1] = self.value
+        return obs, reward, terminated, truncated, info
+
+
+def make_bad_value_point(field: str = "observation", at_step: int = 4, value: float = float("nan"),
+                         horizon: int = 10) -> PointEnv:
+    return _BadValuePoint(field, at_step, float(value), horizon)

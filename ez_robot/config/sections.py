@@ -63,6 +63,10 @@ class EnvConfig:
     preset sets -1 in the joint mode, with ``search.root_unvisited_q=mean``."""
     budget_unit: str = "agent_steps"
     """What --budget counts: agent_steps (Atari 100k) or env_frames (DMC 100k: simulator steps)."""
+    max_failures_in_a_row: int = 5
+    """An env that raises is made again and its episode dropped (self-play) or played again
+    (evaluation); one more failure than this, with no episode finished between them, stops
+    the run with a checkpoint and the env's error."""
 
     def __post_init__(self):
         check("env", self, [("kwargs", isinstance(self.kwargs, dict) and all(isinstance(k, str) for k in self.kwargs),
@@ -81,6 +85,7 @@ class EnvConfig:
             ("reward_offset", is_finite_number(self.reward_offset), "a finite number"),
             ("max_episode_frames", self.max_episode_frames >= 1, ">= 1"),
             ("budget_unit", self.budget_unit in ("agent_steps", "env_frames"), one_of(("agent_steps", "env_frames"))),
+            ("max_failures_in_a_row", self.max_failures_in_a_row >= 0, ">= 0"),
         ])
 
 
