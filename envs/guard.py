@@ -1,5 +1,5 @@
-"""The fault guard of every env ez-robot steps: self-play, evaluation (during training,
-``ez-robot eval`` and :func:`ez_robot.evaluate`) and the ``ez-robot run`` loop's simulated env.
+"""The fault guard of every env training and evaluation step: self-play (both trainers),
+the evaluations during training, ``ez-robot eval`` and :func:`ez_robot.evaluate`.
 
 An env that raises is made again, so that one simulator fault does not stop a run; an env
 that keeps raising, or that returns a non-finite observation or reward, stops it with a
@@ -40,6 +40,8 @@ class RemakeOnError(gym.Wrapper):
     checked: a NaN or an infinity raises :class:`ez_robot.errors.EnvValueError` naming
     ``name`` (the task), the step and the field, before it reaches a search or the replay.
     Integer observations (pixels) are not checked: they cannot hold one.
+    ``check_finite=False`` leaves bad values to a caller with its own policy for them (a
+    robot loop's fallback action).
     """
 
     def __init__(self, make: Callable[[int], gym.Env], seed: int, max_failures_in_a_row: int = 5, *,
@@ -105,16 +107,20 @@ class RemakeOnError(gym.Wrapper):
 
     def _check_finite(self, obs, reward) -> None:
         """Raises :class:`EnvValueError` for a non-finite reward or observation element."""
-        where = (f"agent step {self.episode_steps} of episode {self.episodes}" if reward is not None
-                 else f"the reset of episode {self.episodes}")
         if reward is not None and not math.isfinite(float(reward)):
-            raise EnvValueError(f"the env {self.name} returned a non-finite reward ({float(reward)}) at {where}; "
-                                "ez-robot stops rather than learn from it: check the env's reward")
+            raise EnvValueError(f"the env {self.name} returned a non-finite reward ({float(reward)}) at "
+                                f"{self._where(reward)}; ez-robot stops rather than learn from it: check the env's "
+                                "reward")
         element = _first_non_finite(obs)
         if element is not None:
-            raise EnvValueError(f"the env {self.name} returned a non-finite observation at {where}: "
+            raise EnvValueError(f"the env {self.name} returned a non-finite observation at {self._where(reward)}: "
                                 f"{self._describe(element)}; ez-robot stops rather than search or learn from "
                                 "it: check the env's sensors or simulator state")
+
+    def _where(self, reward) -> str:
+        if reward is None:
+            return f"the reset of episode {self.episodes}"
+        return f"agent step {self.episode_steps} of episode {self.episodes}"
 
     def _describe(self, element: tuple) -> str:
         """``observation[3] = nan (goal[1] of the env's own observation)``."""

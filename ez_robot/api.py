@@ -286,7 +286,10 @@ def evaluate(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0,
              search_overrides=(), out: str | Path | None = None) -> dict:
     """Greedy-search episodes of a run (as ``ez-robot eval``); writes the report and returns
     it, its file under ``"path"``: ``RUN_DIR/eval.json`` for the run as trained,
-    ``eval-<label>.json`` with search overrides or an earlier checkpoint, or ``out``."""
+    ``eval-<label>.json`` with search overrides or an earlier checkpoint, or ``out``.
+    An episode whose env raises is played again on a new env (``failed_episodes`` and
+    ``env_errors`` in the report); an env that keeps failing, or returns a NaN, raises
+    :class:`ez_robot.errors.EnvironmentFailed` with its error."""
     from ez_robot.evaluation import evaluate_run
 
     return evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video, device=device,

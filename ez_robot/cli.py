@@ -161,6 +161,8 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet,
         line += f", human-normalized {result['human_normalized']:.3f}"
     if "success_rate" in result:  # the env reports info["is_success"]
         line += f", success rate {result['success_rate']:.0%}"
+    if result["failed_episodes"]:  # the env raised: played again on a new env (eval.json lists the errors)
+        line += f"; failed episodes played again: {result['failed_episodes']}"
     click.echo(line)
     for path in result["videos"]:
         click.echo(f"video: {path}")

@@ -87,6 +87,8 @@ def test_an_env_that_fails_in_evaluation_is_played_again_and_recorded(tmp_path):
     assert len(report["returns"]) == 3 and report["failed_episodes"] == 1
     assert report["env_errors"] == ["RuntimeError: the motor driver stopped answering"]
     assert json.loads((run / "eval.json").read_text())["failed_episodes"] == 1
+    result = CliRunner().invoke(main, ["eval", str(run), "--episodes", "2", "--quiet", "--out", str(tmp_path / "e.json")])
+    assert result.exit_code == 0 and "failed episodes played again: 1" in result.output, result.output
 
 
 def test_an_env_that_fails_in_every_episode_stops_the_run_with_a_checkpoint_that_resumes(tmp_path):
