@@ -359,7 +359,8 @@ def test_a_run_whose_replay_can_no_longer_fill_stops_instead_of_waiting(tmp_path
     FlakyCartPole.steps = 0
     monkeypatch.setattr(builders, "_make_train_env",
                         lambda env_config, seed: FlakyCartPole(set(range(8, 10_000, 8))))  # episodes never end
-    config = load_config("gym:CartPole-v1", budget="100", overrides=TINY)
+    # failures in every episode stop a run after 6 in a row: allow them all, to reach the starved replay
+    config = load_config("gym:CartPole-v1", budget="100", overrides=[*TINY, "env.max_failures_in_a_row=100"])
     with pytest.raises(TrainingAborted, match=r"training cannot reach its 25 steps: the replay buffer holds \d+ moves"):
         train(config, tmp_path, device="cpu", progress=False)
     assert checkpoint_info(tmp_path)["counters"]["agent_steps"] == 100
