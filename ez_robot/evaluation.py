@@ -5,13 +5,15 @@ game scores; DMC: the full time limit), every episode's decision batched into on
 search, with no root noise and temperature 0.  Training's periodic evaluation,
 ``ez-robot eval`` and :func:`ez_robot.evaluate` all call it.  Its envs have self-play's
 fault guard (:class:`ez_robot.envs.guard.RemakeOnError`): an episode whose env raises is
-played again on a new env and counted in ``failed_episodes``; ``env.max_failures_in_a_row``
-failures more than allowed stop the evaluation with the env's error.  :func:`evaluate_run` loads a run directory's checkpoint
-(from the single-process or the Ray trainer: they save the same format), plays, and
-writes its report and, when asked, mp4 replays.  ``eval.json`` is the run's own score (the
-latest checkpoint, the search it trained with), which ``ez-robot report`` reads; an
-evaluation with other search settings or another checkpoint writes ``eval-<label>.json``
-beside it (:func:`report_path`), so an experiment never replaces that score.
+played again on a new env and counted in ``failed_episodes``; more failures in a row
+than ``env.max_failures_in_a_row`` stop the evaluation with the env's error.
+
+:func:`evaluate_run` loads a run directory's checkpoint (from the single-process or the
+Ray trainer: they save the same format), plays, and writes its report and, when asked,
+mp4 replays.  ``eval.json`` is the run's own score (the latest checkpoint, the search it
+trained with), which ``ez-robot report`` reads; an evaluation with other search settings
+or another checkpoint writes ``eval-<label>.json`` beside it (:func:`report_path`), so an
+experiment never replaces that score.
 """
 from __future__ import annotations
 
