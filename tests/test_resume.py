@@ -157,6 +157,24 @@ def test_ctrl_c_and_sigterm_checkpoint_first_and_exit_cleanly(tmp_path, workers,
     assert load_run(run).counters == read_checkpoint(run)["counters"]
 
 
+def test_the_resume_hint_quotes_a_run_directory_with_spaces(finished_run, tmp_path, monkeypatch):
+    """The command printed after Ctrl-C or SIGTERM (both a KeyboardInterrupt here) can be
+    pasted into a shell as it is."""
+    import shlex
+
+    import ez_robot.trainer
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ez_robot.trainer, "train", interrupted)
+    run = shutil.copytree(finished_run, tmp_path / "my runs" / "cart pole")
+    result = CliRunner().invoke(main, ["train", "--resume", str(run), "--budget", "240", "--workers", "0", "--quiet"])
+    assert result.exit_code == 130, result.output
+    command = result.output.split("resumes it: ")[1].strip()
+    assert shlex.split(command) == ["ez-robot", "train", "--resume", str(run)]
+
+
 def test_sigterm_while_the_ray_actors_start_stops_cleanly_with_nothing_to_resume(tmp_path, monkeypatch):
     """Starting the actors takes tens of seconds on 2 cores; a SIGTERM then (a scheduler's
     limit, ``kill``) is an interrupt like any other, and the message does not offer a
