@@ -222,7 +222,11 @@ def _refused_objects(error: pickle.UnpicklingError) -> bool:
 
 
 def _first_line(error: BaseException) -> str:
-    return " ".join(str(error).split())[:200]
+    """The gist of a loading error: torch's unpickler error without the advice around it."""
+    text = str(error)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].strip().split("\n", 1)[0]
+    return " ".join(text.split())[:200]
 
 
 def require_trusted_config(state: dict, trusted: bool, also: str = "") -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from ez_robot import checkpoint
 from ez_robot.builders import EnvSpec
 from ez_robot.checkpoint import CHECKPOINT_FORMAT, ReplayFiles, read_checkpoint, resume_config, saved_config, \
     write_checkpoint
@@ -243,16 +244,18 @@ def test_checkpoints_hold_what_resuming_needs(finished_run):
     assert info["counters"]["agent_steps"] == 120 and info["replay_segments"] == len(state["replay"]["priorities"])
 
 
-def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(finished_run, tmp_path, monkeypatch):
+@pytest.mark.parametrize("when", ["serializing", "renaming"])
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(finished_run, tmp_path, monkeypatch, when):
     run = copy_of(finished_run, tmp_path)
     state = read_checkpoint(run)
 
-    def dies_half_way(obj, path):
-        with open(path, "wb") as f:
+    def dies_half_way(obj, f, *args):
+        if when == "serializing":
             f.write(b"half a checkpoint")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(torch, "save", dies_half_way)
+    monkeypatch.setattr(torch, "save", dies_half_way) if when == "serializing" else \
+        monkeypatch.setattr(checkpoint.os, "replace", dies_half_way)  # the new file written whole, not yet renamed
     with pytest.raises(KeyboardInterrupt):
         write_checkpoint(run, trainer="single", config=saved_config(state), spec=EnvSpec.from_state_dict(state["spec"]),
                          counters=Counters.from_state_dict({**state["counters"], "train_steps": 999}),
@@ -347,7 +350,8 @@ def test_a_damaged_replay_segment_is_named_before_training_starts(finished_run, 
     result = CliRunner().invoke(main, ["train", "--resume", str(run), "--quiet", "--budget", "240",
                                        "--workers", workers])
     assert result.exit_code == 1, result.output
-    assert "is damaged (its CRC-32 differs" in result.output and "--no-replay-checkpoint" in result.output
+    assert "is corrupt (its content differs from the hash recorded" in result.output
+    assert "restore a copy of it, or resume with --no-replay-checkpoint" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
 
 
