@@ -38,7 +38,7 @@ def main() -> None:
                         help="a search setting for evaluation, e.g. num_simulations=64")
     args = parser.parse_args()
 
-    agent = ez_robot.load(args.run)
+    agent = ez_robot.load(args.run, trust_task=True)  # the example arm, a factory task: the user named the run
     changes = {}
     for item in args.set:
         key, _, value = item.partition("=")

@@ -35,10 +35,11 @@ import numpy as np
 from ez_robot.envs import registry
 from ez_robot.envs.gym_ids import CLASSIC_TASKS, MUJOCO_TASKS, gym_family
 from ez_robot.envs.wrappers import JointDiscreteActions, NormalizedActions, TrainingReward, action_bounds
-from ez_robot.errors import ConfigError, UnknownTaskError
+from ez_robot.errors import ConfigError, UnknownTaskError, UntrustedTaskError
 
 __all__ = ["make_from_config", "render_frame", "task_names", "action_dims", "task_kind", "task_slug", "gym_family",
-           "preset_family", "control_period", "validate_task", "is_custom_task", "resolved_action_mode",
+           "preset_family", "control_period", "validate_task", "is_custom_task", "require_trusted_task",
+           "resolved_action_mode",
            "UnknownTaskError", "CLASSIC_TASKS", "MUJOCO_TASKS"]
 
 MODES = ("train", "eval")
@@ -52,6 +53,23 @@ def task_kind(task: str) -> str:
 def is_custom_task(task: str) -> bool:
     """``module:factory`` or ``file.py:factory``: a task the factory suite owns."""
     return task_kind(task) == "custom"
+
+
+def require_trusted_task(task: str, kwargs: dict, *, trusted: bool, origin: str, also: str = "") -> None:
+    """:class:`UntrustedTaskError` unless ``task``, read from ``origin`` (a run's saved
+    config, a bundle's manifest: files someone else may have written), is safe to use or
+    ``trusted``.  Registered suites' tasks (DMControl, ``atari:``, ``gym:``) are names the
+    registry looks up; a factory task imports its module and calls its factory with
+    ``kwargs``, which can run any code, so it is used only when the user allows it for
+    that command.  ``also`` names another way the command allows it (" or give the same --task")."""
+    if trusted or not is_custom_task(task):
+        return
+    source, _, name = task.rpartition(":")
+    call = f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+    call = call if len(call) <= 120 else call[:117] + "..."
+    raise UntrustedTaskError(f"{origin} names the task {task}: using it would import {source} and call {call}, "
+                             f"code named by that file, not by you; if you trust it, add --trust-task{also} "
+                             f"(trust_task=True in Python)")
 
 
 def task_slug(task: str) -> str:

@@ -14,9 +14,11 @@ factory that raises (with where), or one that returns something other than an En
 """
 from __future__ import annotations
 
+import ast
 import difflib
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import sys
@@ -29,7 +31,7 @@ import gymnasium as gym
 from ez_robot.envs.suite import StateSuite
 from ez_robot.errors import ConfigError
 
-__all__ = ["FactorySuite", "split_task", "load_factory", "make_custom", "absolute_task"]
+__all__ = ["FactorySuite", "split_task", "load_factory", "make_custom", "absolute_task", "factory_defaults"]
 
 
 class FactorySuite(StateSuite):
@@ -112,6 +114,54 @@ def make_custom(task: str, kwargs: dict, *, render: bool = False) -> gym.Env:
     return env
 
 
+def factory_defaults(task: str) -> dict:
+    """The literal defaults of a factory's parameters (a function's, or a class's
+    ``__init__``), read from its source file without importing anything: reading a run
+    that names a factory must run none of its code.  {} where the source is not found or
+    not Python; a default that is neither a literal nor a module-level ``NAME = literal``
+    is left out."""
+    try:
+        source, name = split_task(task)
+        path = Path(source).expanduser() if source.endswith(".py") else _module_file(source)
+        tree = ast.parse(path.read_text())
+    except (ConfigError, OSError, SyntaxError, UnicodeDecodeError, ValueError, ImportError, AttributeError,
+            TypeError):
+        return {}
+    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == name), None)
+    if isinstance(node, ast.ClassDef):
+        node = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    if node is None:
+        return {}
+    args = node.args
+    positional = args.posonlyargs + args.args
+    pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    pairs += [(arg, default) for arg, default in zip(args.kwonlyargs, args.kw_defaults) if default is not None]
+    constants = {n.targets[0].id: n.value for n in tree.body  # NAME = literal at the module's top level
+                 if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)}
+    defaults = {}
+    for arg, default in pairs:
+        if isinstance(default, ast.Name) and default.id in constants:
+            default = constants[default.id]
+        try:
+            defaults[arg.arg] = ast.literal_eval(default)
+        except (ValueError, TypeError, SyntaxError, RecursionError):  # an expression: it needs the module
+            pass
+    return defaults
+
+
+def _module_file(module: str) -> Path:
+    """The source file of ``module``, found along sys.path as an import would find it, but
+    without executing it or its packages' ``__init__``."""
+    spec, search = None, None
+    parts = module.split(".")
+    for i in range(len(parts)):
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]), search)
+        if spec is None:
+            raise ImportError(module)
+        search = spec.submodule_search_locations
+    return Path(spec.origin)
+
+
 def _takes(factory, parameter: str) -> bool:
     try:
         signature = inspect.signature(factory)
@@ -129,8 +179,10 @@ def _load_module(source: str):
             raise ConfigError(f"no module named {source!r} (from the task {source}:...): install the package, "
                               f"add its directory to PYTHONPATH, or name the file, path/to/file.py:factory") from None
         raise ConfigError(f"importing {source} failed: {error}{_where(error)}") from error
-    except Exception as error:  # noqa: BLE001 - the user's module raised while importing
-        raise ConfigError(f"importing {source} raised {type(error).__name__}: {error}{_where(error)}") from error
+    except KeyboardInterrupt:
+        raise
+    except BaseException as error:  # noqa: BLE001 - the user's module raised (or exited) while importing
+        raise ConfigError(f"importing {source} {_raised(error)}{_where(error)}") from error
 
 
 def _load_file(source: str):
@@ -145,10 +197,20 @@ def _load_file(source: str):
     sys.modules[name] = module  # before exec: dataclasses and pickling look the module up
     try:
         spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001
+    except KeyboardInterrupt:
         del sys.modules[name]
-        raise ConfigError(f"loading {source} raised {type(error).__name__}: {error}{_where(error)}") from error
+        raise
+    except BaseException as error:  # noqa: BLE001 - sys.exit() too: the command must not end silently
+        del sys.modules[name]
+        raise ConfigError(f"loading {source} {_raised(error)}{_where(error)}") from error
     return module
+
+
+def _raised(error: BaseException) -> str:
+    """What an import did instead of defining the module: 'called sys.exit(3)', 'raised X: ...'."""
+    if isinstance(error, SystemExit):
+        return f"called sys.exit({error.code!r}) (a task's module must not exit when imported)"
+    return f"raised {type(error).__name__}: {error}"
 
 
 def _where(error: BaseException) -> str:

@@ -38,7 +38,7 @@ class Robot:
     """The hardware interface, here a simulator.  On a robot, ``read_sensors`` reads the
     joint encoders and other sensors, and ``apply`` sends the motor command."""
 
-    def __init__(self, policy: Policy, seed: int):
+    def __init__(self, policy: Policy, seed: int, trust_task: bool = False):
         self.reward, self.done, self.success = 0.0, False, None
         task = policy.task
         if ":" not in task:  # a DMControl task: dm_control itself, as a robot's driver would be
@@ -55,8 +55,10 @@ class Robot:
 
                 self.env = gymnasium.make(task[4:], **kwargs)
             else:
+                from ez_robot.envs import require_trusted_task
                 from ez_robot.envs.custom import make_custom  # imports gymnasium and your module only
 
+                require_trusted_task(task, kwargs, trusted=trust_task, origin=f"the manifest of {policy.bundle}")
                 self.env = make_custom(task, kwargs)
             self.observation, _ = self.env.reset(seed=seed)
             self.kind = "gym"
@@ -94,6 +96,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rate", type=float, default=None, help="control rate in Hz (default: the trained one)")
     parser.add_argument("--margin-ms", type=float, default=1.0, help="slack kept in each tick for sensing and acting")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--trust-task", action="store_true",
+                        help="allow the bundle's task, when a factory (module:factory), to import and call its code")
     args = parser.parse_args(argv)
 
     try:
@@ -114,7 +118,7 @@ def main(argv=None) -> int:
     returns, successes, decision_ms, simulations, missed, decisions, running = [], [], [], [], 0, 0, 0.0
     for episode in range(args.episodes):
         try:
-            robot = Robot(policy, args.seed + episode)
+            robot = Robot(policy, args.seed + episode, args.trust_task)
         except EzRobotError as error:  # the task's module is not importable here, say
             sys.exit(f"error: {error}")
         tick = first_tick = time.perf_counter()

@@ -148,11 +148,12 @@ def _observation_layout(env) -> list[dict] | None:
 
 
 def export_run(run_dir: str | Path, out: str | Path | None = None, *, checkpoint: str | Path | None = None,
-               observations: int = 32, seed: int = 0) -> dict:
+               observations: int = 32, seed: int = 0, trust_task: bool = False) -> dict:
     """Exports a run's checkpoint (default: the latest) to a bundle directory (default
     ``RUN_DIR/bundle``) and returns its manifest; see :func:`export_model`.  Raises
-    :class:`ez_robot.errors.RunError` when the run cannot be loaded."""
-    run = load_run(run_dir, checkpoint, "cpu")
+    :class:`ez_robot.errors.RunError` when the run cannot be loaded; ``trust_task``
+    allows a factory task (:func:`ez_robot.checkpoint.load_run`)."""
+    run = load_run(run_dir, checkpoint, "cpu", trust_task=trust_task)
     return export_model(run.net, run.config, Path(out) if out else Path(run_dir) / "bundle",
                         observations=observations, seed=seed,
                         source={"checkpoint": str(run.checkpoint), "counters": run.counters})

@@ -16,6 +16,7 @@ can fix raise :class:`ez_robot.errors.EzRobotError` subclasses with the remedy i
 from __future__ import annotations
 
 import difflib
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field, fields
@@ -89,6 +90,8 @@ class TrainOptions:
     replay_checkpoint: bool = _option(True, "Keep the replay buffer with the checkpoints (compressed, each "
                                             "segment written once), so that a resumed run goes on with its data.")
     threads: int = _option(1, "Torch threads per process; more help only large batches on an idle machine.")
+    trust_task: bool = _option(False, "With --resume: allow a run whose task is a factory (module:factory, "
+                                      "file.py:factory) to import and call it; only for runs you trust.")
     progress: bool = _option(True, "A progress bar while training.")
 
     @classmethod
@@ -131,7 +134,7 @@ class TrainingRequest:
     @classmethod
     def prepare(cls, task: str | Callable | None = None, options: TrainOptions = TrainOptions()) -> "TrainingRequest":
         from ez_robot import envs
-        from ez_robot.checkpoint import checkpoint_path, read_checkpoint, resume_config
+        from ez_robot.checkpoint import checkpoint_path, read_checkpoint, require_trusted_config, resume_config
         from ez_robot.config import load_config
         from ez_robot.envs.custom import absolute_task
         from ez_robot.trainer import check_resumable
@@ -150,6 +153,7 @@ class TrainingRequest:
             saved = state["config"]
             if task is not None and absolute_task(task_name(task)) != saved["env"]["task"]:
                 raise ConfigError(f"the task {task_name(task)} differs from the run's task {saved['env']['task']}")
+            require_trusted_config(state, o.trust_task or task is not None, also=" or give the same --task")
             for name, value, was in (("obs", o.obs, saved["env"]["obs"]), ("seed", o.seed, saved["seed"])):
                 if value is not None and value != was:
                     raise ConfigError(f"--{name} {value} differs from the run's {name} {was}; a resumed run keeps it")
@@ -169,8 +173,8 @@ class TrainingRequest:
                                  overrides=overrides)
             run_dir = Path(run_dir or f"runs/{envs.task_slug(config.env.task)}-{time.strftime('%Y%m%d-%H%M%S')}")
             if checkpoint_path(run_dir).exists():
-                raise ConfigError(f"{run_dir} already holds a run; continue it with --resume {run_dir} (resume=...), "
-                                  "or give another run directory")
+                raise ConfigError(f"{run_dir} already holds a run; continue it with --resume "
+                                  f"{shlex.quote(str(run_dir))} (resume=...), or give another run directory")
         workers = 1 if workers is None else workers
         trainer_options = dict(device=o.device, num_envs=o.num_envs, checkpoint_interval=o.checkpoint_interval,
                                progress=o.progress, threads=o.threads, resume=state,
@@ -271,36 +275,39 @@ class Agent:
 
 
 def load(run_dir: str | Path, checkpoint: str | Path | None = None, device: str = "cpu", *,
-         search_overrides=()) -> Agent:
+         search_overrides=(), trust_task: bool = False) -> Agent:
     """The agent of a run directory (its latest checkpoint, or ``checkpoint``).
     ``search_overrides`` (``["search.num_simulations=8"]``) change its search, as
-    ``ez-robot eval --set`` does."""
+    ``ez-robot eval --set`` does.  A run whose task is a factory (``module:factory``,
+    ``file.py:factory``) needs ``trust_task=True``: making its env imports and calls the
+    code the run's files name (:class:`ez_robot.errors.UntrustedTaskError` otherwise)."""
     from ez_robot.device import resolve_device
     from ez_robot.checkpoint import load_run
 
-    return Agent(load_run(run_dir, checkpoint, resolve_device(device)), search_overrides)
+    return Agent(load_run(run_dir, checkpoint, resolve_device(device), trust_task=trust_task), search_overrides)
 
 
 def evaluate(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, video: int = 0,
              checkpoint: str | Path | None = None, device: str = "auto", progress: bool = False,
-             search_overrides=(), out: str | Path | None = None) -> dict:
+             search_overrides=(), out: str | Path | None = None, trust_task: bool = False) -> dict:
     """Greedy-search episodes of a run (as ``ez-robot eval``); writes the report and returns
     it, its file under ``"path"``: ``RUN_DIR/eval.json`` for the run as trained,
     ``eval-<label>.json`` with search overrides or an earlier checkpoint, or ``out``.
     An episode whose env raises is played again on a new env (``failed_episodes`` and
     ``env_errors`` in the report); an env that keeps failing, or returns a NaN, raises
-    :class:`ez_robot.errors.EnvironmentFailed` with its error."""
+    :class:`ez_robot.errors.EnvironmentFailed` with its error.
+    ``trust_task``: as :func:`load`."""
     from ez_robot.evaluation import evaluate_run
 
     return evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video, device=device,
-                        progress=progress, search_overrides=search_overrides, out=out)
+                        progress=progress, search_overrides=search_overrides, out=out, trust_task=trust_task)
 
 
 def export_bundle(run_dir: str | Path, out: str | Path | None = None, *, checkpoint: str | Path | None = None,
-           observations: int = 32) -> Path:
+           observations: int = 32, trust_task: bool = False) -> Path:
     """Exports a run as a bundle (default ``RUN_DIR/bundle``), checked against torch; returns
-    the bundle directory."""
+    the bundle directory.  ``trust_task``: as :func:`load`."""
     from ez_robot.export.onnx_export import export_run
 
-    export_run(run_dir, out, checkpoint=checkpoint, observations=observations)
+    export_run(run_dir, out, checkpoint=checkpoint, observations=observations, trust_task=trust_task)
     return Path(out) if out is not None else Path(run_dir) / "bundle"

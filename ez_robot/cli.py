@@ -1,5 +1,6 @@
 """The ``ez-robot`` command line."""
 import contextlib
+import shlex
 from pathlib import Path
 
 import click
@@ -37,6 +38,11 @@ def tasks(pattern):
         click.echo(f"{name:<{width}}  {mode}")
 
 
+_TRUST_TASK = click.option("--trust-task", is_flag=True,
+                           help="Allow a task that is a factory (module:factory, file.py:factory), read from the run "
+                                "or bundle, to import and call its code; only for runs and bundles you trust.")
+
+
 def _help(name: str) -> str:
     from ez_robot.api import TrainOptions
 
@@ -68,9 +74,10 @@ def _help(name: str) -> str:
                    "(repeatable).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=_help("overrides"))
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help=_help("threads"))
+@click.option("--trust-task", is_flag=True, help=_help("trust_task"))
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanalyze_workers, address, gpus, num_envs,
-          checkpoint_interval, replay_checkpoint, config_files, overrides, threads, quiet):
+          checkpoint_interval, replay_checkpoint, config_files, overrides, threads, trust_task, quiet):
     """Train an EfficientZero agent on TASK, or resume a run (--resume RUN_DIR)."""
     from click.core import ParameterSource
 
@@ -88,7 +95,7 @@ def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanaly
             obs=obs if given("obs") or resume_dir is None else None, overrides=overrides, run_dir=run_dir,
             resume=resume_dir, workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus,
             device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval,
-            replay_checkpoint=replay_checkpoint, threads=threads, progress=not quiet)
+            replay_checkpoint=replay_checkpoint, threads=threads, progress=not quiet, trust_task=trust_task)
         request = TrainingRequest.prepare(task, options)
     try:
         with _user_errors():
@@ -101,7 +108,7 @@ def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanaly
     except KeyboardInterrupt:
         if checkpoint_path(request.run_dir).exists():
             click.echo(f"\ninterrupted; the checkpoint in {request.run_dir} resumes it: ez-robot train --resume "
-                       f"{request.run_dir}", err=True)
+                       f"{shlex.quote(str(request.run_dir))}", err=True)
         else:
             click.echo(f"\ninterrupted before the first checkpoint; nothing to resume in {request.run_dir}",
                        err=True)
@@ -139,7 +146,8 @@ def _user_errors():
 @click.option("-o", "--out", type=click.Path(dir_okay=False), default=None,
               help="File for the report (default: RUN_DIR/eval.json, or RUN_DIR/eval-<label>.json "
                    "with --set or an earlier --checkpoint).")
-def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet, overrides, out):
+@_TRUST_TASK
+def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet, overrides, out, trust_task):
     """Evaluate a trained run with greedy search in eval-mode envs.
 
     Writes RUN_DIR/eval.json, the run's score that `ez-robot report` reads.  With --set, or
@@ -154,7 +162,7 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet,
     with _user_errors():
         result = evaluate_run(run_dir, episodes=episodes, seed=seed, checkpoint=checkpoint, video=video,
                               device=device, progress=not quiet, threads=threads, search_overrides=overrides,
-                              out=out)
+                              out=out, trust_task=trust_task)
     line = (f"{result['task']}: {result['episodes']} episodes, return {result['mean']:.2f} +- {result['std']:.2f} "
             f"(min {result['min']:.2f}, max {result['max']:.2f})")
     if "human_normalized" in result:
@@ -206,7 +214,8 @@ def report(run_dirs, out, results, peers):
 @click.option("--observations", type=click.IntRange(min=1), default=32, show_default=True,
               help="Observations recorded from the task to check the bundle against torch on.")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help="Torch threads.")
-def export(run_dir, out, checkpoint, observations, threads):
+@_TRUST_TASK
+def export(run_dir, out, checkpoint, observations, threads, trust_task):
     """Export a trained run as ONNX networks in a bundle for the onboard runtime, and check
     the bundle against torch before reporting success."""
     from ez_robot.device import set_threads
@@ -214,7 +223,7 @@ def export(run_dir, out, checkpoint, observations, threads):
 
     set_threads(threads)
     with _user_errors():
-        manifest = export_run(run_dir, out, checkpoint=checkpoint, observations=observations)
+        manifest = export_run(run_dir, out, checkpoint=checkpoint, observations=observations, trust_task=trust_task)
     check = manifest["validation"]
     click.echo(f"checked on {check['observations']} recorded observations: max |onnx - torch| "
                f"{max(check['max_abs_diff'].values()):.1e} (tolerance {check['atol']:.0e} + {check['rtol']:.0e} x "
@@ -234,7 +243,8 @@ def export(run_dir, out, checkpoint, observations, threads):
                    "early when its tick runs out.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first episode (then +1 each).")
 @click.option("--video", type=click.Path(dir_okay=False), default=None, help="Write the first episode to this mp4.")
-def run(bundle, task, episodes, rate, simulations, seed, video):
+@_TRUST_TASK
+def run(bundle, task, episodes, rate, simulations, seed, video, trust_task):
     """Run an exported BUNDLE at a fixed control rate on onnxruntime (no torch), and report
     the achieved rate, missed deadlines and returns."""
     import dataclasses
@@ -255,6 +265,8 @@ def run(bundle, task, episodes, rate, simulations, seed, video):
         if task is not None:
             envs.validate_task(task)
             env_config = dataclasses.replace(env_config, task=task)
+        envs.require_trusted_task(env_config.task, env_config.kwargs, trusted=trust_task or task is not None,
+                                  origin=f"the manifest of {bundle}", also=" or give the same --task")
         env = envs.make_from_config(env_config, seed=seed, mode="eval")
     spec = policy.action_spec
     shape = tuple(env.observation_space.shape)

@@ -10,7 +10,8 @@ on robots without torch.
 from __future__ import annotations
 
 __all__ = ["EzRobotError", "ConfigError", "UnknownTaskError", "RunError", "EnvironmentFailed", "EnvValueError",
-           "TrainingAborted", "ClusterUnreachable", "ExportError", "BundleError", "ObservationError"]
+           "TrainingAborted", "ClusterUnreachable", "ExportError", "BundleError", "ObservationError",
+           "UntrustedTaskError"]
 
 
 class EzRobotError(Exception):
@@ -58,3 +59,9 @@ class BundleError(EzRobotError):
 
 class ObservationError(EzRobotError, ValueError):
     """An observation of the wrong shape or dtype, or with NaN / infinite values."""
+
+
+class UntrustedTaskError(EzRobotError):
+    """A run's saved config or a bundle's manifest names a factory task (``module:factory``,
+    ``file.py:factory``), which would import that code and call it; the user has not allowed
+    it (``--trust-task``, ``trust_task=True``, or the same ``--task`` given)."""

@@ -273,17 +273,19 @@ def _process_gone(pid: int) -> bool:
 
 def evaluate_run(run_dir: str | Path, *, episodes: int | None = None, seed: int = 0, checkpoint=None,
                  video: int = 0, device: str = "auto", progress: bool = True, threads: int = 1,
-                 search_overrides: tuple[str, ...] | list[str] = (), out: str | Path | None = None) -> dict:
+                 search_overrides: tuple[str, ...] | list[str] = (), out: str | Path | None = None,
+                 trust_task: bool = False) -> dict:
     """Evaluates a run's checkpoint; writes the report to ``out`` (default:
     :func:`report_path`, ``RUN_DIR/eval.json`` for the run as trained) and returns it, with
     ``"path"`` naming the file.  ``search_overrides`` (``"search.num_simulations=8"``, ...)
-    change the search, not the run."""
+    change the search, not the run; ``trust_task`` allows a factory task
+    (:func:`ez_robot.checkpoint.load_run`)."""
     from ez_robot.config import with_search_overrides
     from ez_robot.device import resolve_device, set_threads
 
     set_threads(threads)
     dev = resolve_device(device)
-    run = load_run(run_dir, checkpoint, dev)
+    run = load_run(run_dir, checkpoint, dev, trust_task=trust_task)
     config = with_search_overrides(run.config, search_overrides)
     episodes = episodes or config.train.eval_episodes
     if video < 0:

@@ -15,6 +15,7 @@ cluster (:mod:`ez_robot.ray_cluster`), and logs, evaluates and checkpoints while
 from __future__ import annotations
 
 import logging
+import shlex
 import time
 import uuid
 from collections import defaultdict
@@ -202,7 +203,7 @@ class _Pipeline:
             raise  # a bug: keep Ray's traceback of it
         except ray.exceptions.RayActorError as error:
             raise TrainingAborted(f"the learner process died ({str(error).splitlines()[0]}); resume the run "
-                                  f"from its last checkpoint with `ez-robot train --resume {self.run_dir}`") from None
+                                  f"from its last checkpoint with `ez-robot train --resume {shlex.quote(str(self.run_dir))}`") from None
         c, previous = self.counters, self.counters.train_steps
         c.train_steps = result["train_steps"]
         self._add_seconds(result["seconds"])

@@ -207,20 +207,13 @@ def _setting(value) -> str:
 
 @functools.cache
 def _factory_default(task: str, argument: str):
-    """The default of a custom task's factory ``argument``; None where the task is not a
-    custom one, its factory does not load here, or the argument has no default."""
-    import inspect
-
+    """The default of a custom task's factory ``argument``, read from its source without
+    importing it (a report reads runs from anywhere); None where the task is not a custom
+    one, its source is not here, or the argument has no literal default."""
     from ez_robot.envs import is_custom_task
-    from ez_robot.envs.custom import load_factory
+    from ez_robot.envs.custom import factory_defaults
 
-    if not is_custom_task(task):
-        return None
-    try:
-        parameter = inspect.signature(load_factory(task)).parameters.get(argument)
-    except Exception:  # noqa: BLE001 - a factory that moved or fails to import: no default known
-        return None
-    return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+    return factory_defaults(task).get(argument) if is_custom_task(task) else None
 
 
 def _value(run: RunRecord, key: str):

@@ -105,7 +105,7 @@ def test_a_custom_env_trains_exports_and_runs(tmp_path, workers):
     evals = [r for r in records if r["kind"] == "eval"]
     assert evals and 0.0 <= evals[-1]["success_rate"] <= 1.0  # the env's is_success, reported
 
-    agent = ez_robot.load(run)
+    agent = ez_robot.load(run, trust_task=True)  # the test named the factory
     normalizer = agent.net.normalizer
     assert normalizer.count > 0 and normalizer.shift.abs().max() > 10  # it saw millimetres
     env = make_point(horizon=10)
@@ -113,17 +113,18 @@ def test_a_custom_env_trains_exports_and_runs(tmp_path, workers):
     action = agent.act(obs)  # the raw Dict observation in, a vector in the env's bounds out
     assert action.shape == (2,) and np.all(np.abs(action) <= 2.0)
     assert env.action_space.contains(action.astype(np.float32))
-    fewer = ez_robot.load(run, search_overrides=["search.num_simulations=2"])  # as `ez-robot eval --set`
+    fewer = ez_robot.load(run, search_overrides=["search.num_simulations=2"],  # as `ez-robot eval --set`
+                          trust_task=True)
     assert fewer._search.num_simulations == 2 and agent._search.num_simulations != 2
     assert env.action_space.contains(fewer.act(obs).astype(np.float32))
 
-    bundle = ez_robot.export_bundle(run, tmp_path / "bundle", observations=8)
+    bundle = ez_robot.export_bundle(run, tmp_path / "bundle", observations=8, trust_task=True)
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["observation"]["layout"] == [
         {"key": "goal", "shape": [2], "start": 0, "size": 2}, {"key": "position", "shape": [2], "start": 2, "size": 2}]
     assert manifest["observation"]["normalized_in_graph"] and manifest["validation"]["within_tolerance"]
     assert manifest["action"]["low"] == [-2.0, -2.0] and manifest["control_period_s"] == pytest.approx(0.1)
-    result = CliRunner().invoke(main, ["run", str(bundle), "--rate", "200", "--simulations", "4"])
+    result = CliRunner().invoke(main, ["run", str(bundle), "--rate", "200", "--simulations", "4", "--trust-task"])
     assert result.exit_code == 0, result.output
     assert "return" in result.output
 
@@ -134,12 +135,12 @@ def test_a_custom_env_trains_exports_and_runs(tmp_path, workers):
     np.testing.assert_array_equal(policy.flatten(obs), flat)
     np.testing.assert_allclose(policy.act(obs), Policy.load(bundle).act(flat))
     if workers == 0:  # evaluation with a video: the factory takes render_mode, so it renders
-        report = ez_robot.evaluate(run, episodes=2, video=1)
+        report = ez_robot.evaluate(run, episodes=2, video=1, trust_task=True)
         assert report["episodes"] == 2 and 0.0 <= report["success_rate"] <= 1.0
         assert len(report["videos"]) == 1 and Path(report["videos"][0]).stat().st_size > 0
     if workers == 0:  # the controller example on this robot (once: it needs no trained weights of its own)
         out = subprocess.run([sys.executable, str(ROOT / "examples" / "controller_loop.py"), str(bundle),
-                              "--rate", "200"], capture_output=True, text=True, timeout=120,
+                              "--rate", "200", "--trust-task"], capture_output=True, text=True, timeout=120,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})  # where tests.custom_envs is
         assert out.returncode == 0, out.stderr
         assert "success rate" in out.stdout and "missed deadlines:" in out.stdout

@@ -164,7 +164,7 @@ class Exploit:
     ("empty", "has not saved a checkpoint"),
     ("corrupt", "cannot be read"),
     ("not_ours", "is not an ez-robot training checkpoint"),
-    ("pickled_code", "holds Python objects other than tensors"),
+    ("pickled_code", "holds Python objects that could run code"),
     ("old_format", "checkpoint format"),
     ("unwritable", "cannot write"),  # said before the episodes
 ])

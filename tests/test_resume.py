@@ -14,6 +14,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from ez_robot import checkpoint
 from ez_robot.builders import EnvSpec
 from ez_robot.checkpoint import CHECKPOINT_FORMAT, ReplayFiles, read_checkpoint, resume_config, saved_config, \
     write_checkpoint
@@ -157,6 +158,24 @@ def test_ctrl_c_and_sigterm_checkpoint_first_and_exit_cleanly(tmp_path, workers,
     assert load_run(run).counters == read_checkpoint(run)["counters"]
 
 
+def test_the_resume_hint_quotes_a_run_directory_with_spaces(finished_run, tmp_path, monkeypatch):
+    """The command printed after Ctrl-C or SIGTERM (both a KeyboardInterrupt here) can be
+    pasted into a shell as it is."""
+    import shlex
+
+    import ez_robot.trainer
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ez_robot.trainer, "train", interrupted)
+    run = shutil.copytree(finished_run, tmp_path / "my runs" / "cart pole")
+    result = CliRunner().invoke(main, ["train", "--resume", str(run), "--budget", "240", "--workers", "0", "--quiet"])
+    assert result.exit_code == 130, result.output
+    command = result.output.split("resumes it: ")[1].strip()
+    assert shlex.split(command) == ["ez-robot", "train", "--resume", str(run)]
+
+
 def test_sigterm_while_the_ray_actors_start_stops_cleanly_with_nothing_to_resume(tmp_path, monkeypatch):
     """Starting the actors takes tens of seconds on 2 cores; a SIGTERM then (a scheduler's
     limit, ``kill``) is an interrupt like any other, and the message does not offer a
@@ -225,16 +244,18 @@ def test_checkpoints_hold_what_resuming_needs(finished_run):
     assert info["counters"]["agent_steps"] == 120 and info["replay_segments"] == len(state["replay"]["priorities"])
 
 
-def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(finished_run, tmp_path, monkeypatch):
+@pytest.mark.parametrize("when", ["serializing", "renaming"])
+def test_a_kill_during_a_checkpoint_write_leaves_the_previous_one(finished_run, tmp_path, monkeypatch, when):
     run = copy_of(finished_run, tmp_path)
     state = read_checkpoint(run)
 
-    def dies_half_way(obj, path):
-        with open(path, "wb") as f:
+    def dies_half_way(obj, f, *args):
+        if when == "serializing":
             f.write(b"half a checkpoint")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(torch, "save", dies_half_way)
+    monkeypatch.setattr(torch, "save", dies_half_way) if when == "serializing" else \
+        monkeypatch.setattr(checkpoint.os, "replace", dies_half_way)  # the new file written whole, not yet renamed
     with pytest.raises(KeyboardInterrupt):
         write_checkpoint(run, trainer="single", config=saved_config(state), spec=EnvSpec.from_state_dict(state["spec"]),
                          counters=Counters.from_state_dict({**state["counters"], "train_steps": 999}),
@@ -329,7 +350,8 @@ def test_a_damaged_replay_segment_is_named_before_training_starts(finished_run, 
     result = CliRunner().invoke(main, ["train", "--resume", str(run), "--quiet", "--budget", "240",
                                        "--workers", workers])
     assert result.exit_code == 1, result.output
-    assert "is damaged (its CRC-32 differs" in result.output and "--no-replay-checkpoint" in result.output
+    assert "is corrupt (its content differs from the hash recorded" in result.output
+    assert "restore a copy of it, or resume with --no-replay-checkpoint" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
 
 
