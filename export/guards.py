@@ -151,10 +151,10 @@ class ActionGuard:
         rate_limited = False
         if self.max_change is not None:
             reference = self.neutral if last is None else last
-            limited = np.clip(action, reference - self.max_change, reference + self.max_change)
+            limited = np.minimum(np.maximum(action, reference - self.max_change), reference + self.max_change)
             rate_limited = bool((limited != action).any())
             action = limited
-        bounded = np.clip(action, self.low, self.high)
+        bounded = np.minimum(np.maximum(action, self.low), self.high)
         return bounded, rate_limited, bool((bounded != action).any())
 
     def finite(self, action) -> bool:

@@ -35,6 +35,7 @@ __all__ = ["TickLog", "summarize_ticks", "format_summary", "FORMAT"]
 
 FORMAT = "ez-robot-ticks"
 VERSION = 1
+_ENCODER = json.JSONEncoder(separators=(",", ":"))  # one encoder: json.dumps with options makes one per call
 
 
 class TickLog:
@@ -58,15 +59,11 @@ class TickLog:
             self._flushed = now
 
     def _write(self, row: dict) -> None:
-        self._file.write(json.dumps(row, separators=(",", ":")) + "\n")
+        self._file.write(_ENCODER.encode(row) + "\n")
 
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
-
-
-def _round(value, digits=3):
-    return None if value is None else round(float(value), digits)
 
 
 def action_json(action) -> list | int:

@@ -318,7 +318,12 @@ def _simulated_robot(policy, bundle, task, seed):
     and its control period (None where neither the bundle nor the env gives one)."""
     import dataclasses
 
-    import gymnasium as gym
+    try:
+        import gymnasium as gym
+    except ImportError:
+        raise click.ClickException("ez-robot run plays the bundle's task in its simulator, which needs the train "
+                                   "extra (pip install 'ez-robot[train]'); on a robot, drive your own Robot with "
+                                   "ez_robot.export.controller.run_loop (docs/export_and_runtime.md)") from None
 
     from ez_robot import envs
     from ez_robot.config import config_from_dict

@@ -27,7 +27,7 @@ from tests.cli_runner import user_error
 from tests.test_export import one_torch_thread, tiny_model  # noqa: F401 - the fixture applies here too
 from tests.test_layout import _graph
 
-RATE = 50.0  # a 20 ms tick: the tiny model decides in a few ms, even on a busy machine
+RATE = 20.0  # a 50 ms tick: the tiny model decides in a few ms, with room for a busy machine
 DIMS = 6
 
 
@@ -54,21 +54,21 @@ def assert_guarded(actions, low, high, max_change):
 def test_every_bad_reading_sends_the_fallback_within_its_tick_and_is_logged(walker, tmp_path):
     policy = Policy.load(walker)
     faults = {3: "stale", 6: "nan", 9: "error", 12: "stall"}
-    robot = FakeRobot(policy.observation_shape, faults=faults, steps=26, stale_s=0.5, stall_s=0.2)
-    guards = Guards(max_change=0.1, low=-0.5, high=0.5)  # fallback "hold", stop action "neutral": the defaults
+    robot = FakeRobot(policy.observation_shape, faults=faults, steps=24, stale_s=1.0, stall_s=0.3)
+    guards = Guards(max_change=0.25, low=-0.5, high=0.5)  # fallback "hold", stop action "neutral": the defaults
     report = run_loop(policy, robot, rate_hz=RATE, guards=guards, ticks=tmp_path / "ticks.jsonl")
 
     header, rows, stop = read_ticks(tmp_path / "ticks.jsonl")
-    assert len(rows) == report.decisions == 26 and [row["tick"] for row in rows] == list(range(26))
+    assert len(rows) == report.decisions == 24 and [row["tick"] for row in rows] == list(range(24))
     reasons = {row["tick"]: row["fallback"] for row in rows if row["fallback"]}
     assert (reasons[3], reasons[6], reasons[9], reasons[12]) == ("stale", "non_finite", "sensor_error",
                                                                  "sensor_stalled")
     assert rows[9]["detail"] == "OSError: sensor bus timeout (read 9)"
-    # the stalled read blocks 10 ticks: each of them falls back at its own end, none waits for the read
+    # the stalled read blocks 6 ticks: each of them falls back at its own end, none waits for the read
     stalled = [tick for tick, reason in reasons.items() if reason == "sensor_stalled"]
-    assert stalled == list(range(12, 12 + len(stalled))) and len(stalled) >= 5
+    assert stalled == list(range(12, 12 + len(stalled))) and len(stalled) >= 3
     times = [t for t, _ in robot.written]
-    assert times[12] - times[11] < 0.1
+    assert times[12] - times[11] < 0.2
     # a machine too busy for a tick may add deadline fallbacks; nothing else falls back
     assert set(reasons) - {3, 6, 9, *stalled} == {t for t, r in reasons.items() if r == "deadline"}
     assert report.fallbacks == Counter(reasons.values())  # every fallback is in the log
@@ -76,7 +76,7 @@ def test_every_bad_reading_sends_the_fallback_within_its_tick_and_is_logged(walk
     actions = robot.actions
     for tick in reasons:
         np.testing.assert_array_equal(actions[tick], actions[tick - 1])
-    assert_guarded(actions, -0.5, 0.5, 0.1)
+    assert_guarded(actions, -0.5, 0.5, 0.25)
     assert report.rate_limited > 0 and any(row["bounded"] for row in rows)  # both limits were at work
     assert stop["stop"] == report.stop_reason == "end" and robot.stopped
     np.testing.assert_array_equal(actions[-1], np.zeros(DIMS))  # the stop action (neutral) last
@@ -86,8 +86,8 @@ def test_a_decision_too_slow_for_its_tick_sends_the_fallback(walker, tmp_path, m
     policy = Policy.load(walker)
     root = policy.networks.root
 
-    def slow_root(observations):  # one network call longer than the 20 ms tick: the deadline is too tight
-        time.sleep(0.03)
+    def slow_root(observations):  # one network call longer than the 50 ms tick: the deadline is too tight
+        time.sleep(0.06)
         return root(observations)
 
     monkeypatch.setattr(policy.networks, "root", slow_root)
@@ -96,7 +96,7 @@ def test_a_decision_too_slow_for_its_tick_sends_the_fallback(walker, tmp_path, m
                       ticks=tmp_path / "ticks.jsonl")
     _, rows, _ = read_ticks(tmp_path / "ticks.jsonl")
     assert [row["fallback"] for row in rows] == ["deadline"] * 5 and report.fallbacks == {"deadline": 5}
-    assert all(row["decision_ms"] >= 30 and row["overrun"] for row in rows)
+    assert all(row["decision_ms"] >= 60 and row["overrun"] for row in rows)
     # the given fallback, reached within the rate limit from neutral
     expected = [[0.1] * DIMS, [0.2] * DIMS, [0.3] * DIMS, [0.3] * DIMS, [0.3] * DIMS]
     np.testing.assert_allclose(robot.actions[:5], expected)
