@@ -73,9 +73,9 @@ class LoopReport:
     def summary(self) -> str:
         ms = np.asarray(self.decision_ms or [0.0])
         sims = np.asarray(self.simulations or [0])
-        returns = f"mean return {np.mean(self.returns):.2f}; " if self.returns else ""
+        returns = f"{len(self.returns)} episode(s), mean return {np.mean(self.returns):.2f}; " if self.returns else ""
         reasons = ", ".join(f"{reason} {n}" for reason, n in self.fallbacks.most_common())
-        return (f"{len(self.returns)} episode(s), {returns}{self.decisions} decisions "
+        return (f"{returns}{self.decisions} decisions "
                 f"at {self.achieved_hz:.1f} Hz (target {self.rate_hz:.1f} Hz), {self.missed_deadlines} missed "
                 f"deadline(s); decision p50 {np.percentile(ms, 50):.2f} ms, p99 {np.percentile(ms, 99):.2f} ms; "
                 f"simulations per decision: mean {sims.mean():.1f}, min {sims.min()}\n"
@@ -171,7 +171,8 @@ class _Loop:
 
     def tick(self, episode: int, tick_end: float) -> dict | None:
         # --- sense: a fresh, finite reading, or the reason there is none ---
-        observation, age_ms, fallback, detail = self.sense(tick_end - self.margin_ms / 1000.0)
+        # (a margin longer than half the tick would leave a read no time at all)
+        observation, age_ms, fallback, detail = self.sense(tick_end - min(self.margin_ms / 1000.0, self.period / 2))
         # --- decide within the tick ---
         decision = None
         if fallback is None and not self.signals.received:
@@ -332,8 +333,8 @@ class _StopSignals:
         return self
 
     def __exit__(self, *exc) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
+        for number, handler in self._previous.items():  # None: a handler set outside Python
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
 
 
 class VideoRecorder:

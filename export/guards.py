@@ -17,7 +17,7 @@ set-point change), the middle of the bounds elsewhere, and action 0 for discrete
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Sequence, Union
 
 import numpy as np
@@ -60,10 +60,6 @@ class Guards:
     """Upper action bounds, within the bundle's (default: the bundle's)."""
     stop_after_fallbacks: int | None = None
     """Stop the loop (stop action first) after this many fallback ticks in a row; None: never."""
-
-    def to_json(self) -> dict:
-        return {key: (np.asarray(value).tolist() if isinstance(value, (np.ndarray, list, tuple)) else value)
-                for key, value in asdict(self).items()}
 
 
 class ActionGuard:

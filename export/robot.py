@@ -138,11 +138,12 @@ class FakeRobot(Robot):
 
     The episode is done after ``steps`` writes (None: never; the loop runs until stopped).
     ``on_write(robot)`` runs after each write (a test stops the loop from there, say).
+    ``blocking_read`` as :attr:`Robot.blocking_read` (a stall needs it True).
     """
 
     def __init__(self, observation_shape=None, *, observe: Callable[[int], Any] | None = None,
                  faults: dict[int, str] | None = None, steps: int | None = None, stale_s: float = 1.0,
-                 stall_s: float = 0.5, on_write: Callable | None = None, seed: int = 0):
+                 stall_s: float = 0.5, on_write: Callable | None = None, seed: int = 0, blocking_read: bool = True):
         if observe is None:
             if observation_shape is None:
                 raise ValueError("give observation_shape or observe")
@@ -153,7 +154,7 @@ class FakeRobot(Robot):
         if unknown:
             raise ValueError(f"unknown faults {unknown}; FakeRobot knows {FAULTS}")
         self.observe, self.faults, self.steps = observe, dict(faults or {}), steps
-        self.stale_s, self.stall_s, self.on_write = stale_s, stall_s, on_write
+        self.stale_s, self.stall_s, self.on_write, self.blocking_read = stale_s, stall_s, on_write, blocking_read
         self.reads = 0
         self.written: list[tuple[float, Any]] = []
         """(time.monotonic(), action) of every write, the stop action last."""

@@ -3,6 +3,7 @@ stale, NaN, failing and stalled sensor readings and decisions too slow for their
 send the fallback and are logged; no action outside the bounds or over the rate limit is
 sent; the loop stops with the stop action last on SIGTERM, on an error, and after too
 many fallbacks in a row; ``ez-robot report --ticks`` sums up the tick log."""
+import itertools
 import json
 import signal
 import subprocess
@@ -61,20 +62,27 @@ def test_every_bad_reading_sends_the_fallback_within_its_tick_and_is_logged(walk
     header, rows, stop = read_ticks(tmp_path / "ticks.jsonl")
     assert len(rows) == report.decisions == 24 and [row["tick"] for row in rows] == list(range(24))
     reasons = {row["tick"]: row["fallback"] for row in rows if row["fallback"]}
-    assert (reasons[3], reasons[6], reasons[9], reasons[12]) == ("stale", "non_finite", "sensor_error",
-                                                                 "sensor_stalled")
-    assert rows[9]["detail"] == "OSError: sensor bus timeout (read 9)"
-    # the stalled read blocks 6 ticks: each of them falls back at its own end, none waits for the read
-    stalled = [tick for tick, reason in reasons.items() if reason == "sensor_stalled"]
-    assert stalled == list(range(12, 12 + len(stalled))) and len(stalled) >= 3
-    times = [t for t, _ in robot.written]
-    assert times[12] - times[11] < 0.2
-    # a machine too busy for a tick may add deadline fallbacks; nothing else falls back
-    assert set(reasons) - {3, 6, 9, *stalled} == {t for t, r in reasons.items() if r == "deadline"}
     assert report.fallbacks == Counter(reasons.values())  # every fallback is in the log
+    # each fault of a read falls back once, in the order of the reads (a machine too busy for a tick
+    # may add deadlines, and a read handed over late a stall, which puts later reads on later ticks)
+    assert Counter(reasons.values()) - Counter(deadline=99, sensor_stalled=99) == Counter(
+        stale=1, non_finite=1, sensor_error=1)
+    order = [reason for reason in reasons.values() if reason != "deadline"]
+    assert order.index("stale") < order.index("non_finite") < order.index("sensor_error") < \
+        len(order) - 1 - order[::-1].index("sensor_stalled")
+    assert rows[min(t for t, r in reasons.items() if r == "sensor_error")]["detail"] == \
+        "OSError: sensor bus timeout (read 9)"
+    # the stalled read blocks 6 ticks: each of them falls back at its own end, none waits for the read
+    stalled = {tick for tick, reason in reasons.items() if reason == "sensor_stalled"}
+    runs = [(tick, next(end for end in itertools.count(tick) if end not in stalled) - tick)
+            for tick in stalled if tick - 1 not in stalled]
+    first, length = max(runs, key=lambda run: run[1])
+    assert length >= 3
+    times = [t for t, _ in robot.written]
+    assert times[first] - times[first - 1] < 0.2
     # "hold": a fallback tick sends the action before it again
     actions = robot.actions
-    for tick in reasons:
+    for tick in set(reasons) - {0}:
         np.testing.assert_array_equal(actions[tick], actions[tick - 1])
     assert_guarded(actions, -0.5, 0.5, 0.25)
     assert report.rate_limited > 0 and any(row["bounded"] for row in rows)  # both limits were at work
@@ -91,7 +99,7 @@ def test_a_decision_too_slow_for_its_tick_sends_the_fallback(walker, tmp_path, m
         return root(observations)
 
     monkeypatch.setattr(policy.networks, "root", slow_root)
-    robot = FakeRobot(policy.observation_shape, steps=5)
+    robot = FakeRobot(policy.observation_shape, steps=5, blocking_read=False)
     report = run_loop(policy, robot, rate_hz=RATE, guards=Guards(fallback=[0.3] * DIMS, max_change=0.1),
                       ticks=tmp_path / "ticks.jsonl")
     _, rows, _ = read_ticks(tmp_path / "ticks.jsonl")
@@ -105,10 +113,12 @@ def test_a_decision_too_slow_for_its_tick_sends_the_fallback(walker, tmp_path, m
 
 def test_many_fallbacks_in_a_row_stop_the_loop_with_the_stop_action(walker):
     policy = Policy.load(walker)
-    robot = FakeRobot(policy.observation_shape, faults={t: "stale" for t in range(3, 100)}, steps=50)
+    robot = FakeRobot(policy.observation_shape, faults={t: "stale" for t in range(3, 100)}, steps=50,
+                      blocking_read=False)
     report = run_loop(policy, robot, rate_hz=RATE, guards=Guards(stop_after_fallbacks=4, stop_action=[0.1] * DIMS))
     assert report.stop_reason == "4 fallbacks in a row (the last: stale)"
-    assert len(robot.written) == 3 + 4 + 1 and robot.stopped
+    assert report.decisions <= 7 and robot.stopped  # reads 3 to 6 (a deadline missed before may stop it sooner)
+    assert len(robot.written) == report.decisions + 1
     np.testing.assert_array_equal(robot.actions[-1], [0.1] * DIMS)
 
 
@@ -284,7 +294,7 @@ def test_a_file_that_is_not_a_tick_log_is_named(tmp_path):
 
 def test_the_loop_s_log_agrees_with_its_report(walker, tmp_path):
     policy = Policy.load(walker)
-    robot = FakeRobot(policy.observation_shape, faults={2: "nan", 4: "stale"}, steps=8)
+    robot = FakeRobot(policy.observation_shape, faults={2: "nan", 4: "stale"}, steps=8, blocking_read=False)
     report = run_loop(policy, robot, rate_hz=RATE, guards=Guards(max_change=0.05), ticks=tmp_path / "t.jsonl")
     summary = summarize_ticks(tmp_path / "t.jsonl")
     assert summary["ticks"] == report.decisions == 8 and summary["fallbacks"] == dict(report.fallbacks)
