@@ -6,17 +6,19 @@ onboard runtime (numpy + onnxruntime; no torch, no training code).
 
 The robot here is a simulator standing in for the hardware: the bundle's task env (a
 DMControl task through dm_control, a ``gym:`` id, or your own factory, e.g. the example arm
-``examples/arm/reach_arm.py:make_arm``).  On a real robot, replace the two methods of
-:class:`Robot`: ``read_sensors`` returns the raw readings (a dict of arrays in the units
-training saw; the bundle normalizes them itself) and ``apply`` writes the actuator
-command, a vector inside the bounds the robot was trained with.
+``examples/arm/reach_arm.py:make_arm``), behind :class:`ez_robot.export.robot.Robot`, the
+interface the guarded loop (:func:`ez_robot.export.controller.run_loop`) drives.  On a real
+robot, replace the methods of :class:`SimulatorRobot`: ``read`` returns the raw readings (a
+dict of arrays in the units training saw; the bundle normalizes them itself) with the time
+they were measured, ``write`` sends the actuator command (a vector inside the bounds the
+robot was trained with), ``stop`` brings the robot to rest.
 
-Each tick: read the sensors, ask the policy for the command with the time left in the tick
-as its search deadline, apply it, then wait for the next tick.  A missed deadline is two
-things: the search stops early and acts on what it found (the anytime search returns its
-best action so far; ``policy.last.simulations`` says how many simulations it ran); and a
-tick that overran its period is counted, and the schedule restarts from now instead of
-firing the late ticks in a burst.  Reports the achieved rate, the missed deadlines, the
+Each tick the loop reads the sensors, asks the policy for the command with the time left
+in the tick as its search deadline, guards it (bounds, ``--max-change`` per tick), writes
+it, and waits for the next tick.  A stale, failed or non-finite reading, or a decision not
+ready by the tick's end, sends the fallback (the last command) instead; Ctrl-C sends the
+stop action (neutral) first.  Every tick goes to the tick log (``--ticks``; ``ez-robot
+report --ticks FILE`` sums it up).  Reports the achieved rate, the missed deadlines, the
 decision latency and the return.
 """
 from __future__ import annotations
@@ -31,16 +33,27 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # headless; dm_control and mujoco rea
 import numpy as np  # noqa: E402
 
 from ez_robot.errors import EzRobotError  # noqa: E402
+from ez_robot.export.controller import run_loop  # noqa: E402
+from ez_robot.export.guards import Guards  # noqa: E402
+from ez_robot.export.robot import Reading, Robot  # noqa: E402
 from ez_robot.export.runtime import BundleError, Policy  # noqa: E402
 
 
-class Robot:
-    """The hardware interface, here a simulator.  On a robot, ``read_sensors`` reads the
-    joint encoders and other sensors, and ``apply`` sends the motor command."""
+class SimulatorRobot(Robot):
+    """The hardware interface, here a simulator.  On a robot, ``read`` reads the joint
+    encoders and other sensors, and ``write`` sends the motor command."""
+
+    blocking_read = False  # the simulator's state is there at once (a sensor bus may block: leave it True)
 
     def __init__(self, policy: Policy, seed: int, trust_task: bool = False):
-        self.reward, self.done, self.success = 0.0, False, None
-        task = policy.task
+        self.policy, self.seed, self.trust_task = policy, seed, trust_task
+        self.steps_per_command = int(policy.manifest["action_repeat"])  # held as long as in training
+        self.successes: list[bool] = []
+
+    def begin(self, episode: int) -> None:
+        """A new simulated episode (hardware: enable the drives, move to the start pose)."""
+        self.episode_return, self._done, self.success = 0.0, False, None
+        seed, task = self.seed + episode, self.policy.task
         if ":" not in task:  # a DMControl task: dm_control itself, as a robot's driver would be
             from dm_control import suite
 
@@ -49,7 +62,7 @@ class Robot:
             self.time_step = self.env.reset()
             self.kind = "dmc"
         else:  # gym:<id> or a factory of your own: the env, without ez-robot's wrappers
-            kwargs = policy.manifest["config"]["env"].get("kwargs", {})
+            kwargs = self.policy.manifest["config"]["env"].get("kwargs", {})
             if task.startswith("gym:"):
                 import gymnasium
 
@@ -58,35 +71,45 @@ class Robot:
                 from ez_robot.envs import require_trusted_task
                 from ez_robot.envs.custom import make_custom  # imports gymnasium and your module only
 
-                require_trusted_task(task, kwargs, trusted=trust_task, origin=f"the manifest of {policy.bundle}")
+                require_trusted_task(task, kwargs, trusted=self.trust_task,
+                                     origin=f"the manifest of {self.policy.bundle}")
                 self.env = make_custom(task, kwargs)
             self.observation, _ = self.env.reset(seed=seed)
             self.kind = "gym"
-        self.steps_per_command = int(policy.manifest["action_repeat"])  # held as long as in training
 
-    def read_sensors(self):
-        """The raw readings: DMControl's state features as one vector (the suite's order),
-        or the env's observation (a dict of arrays, or a vector) as it gives it."""
+    def read(self) -> Reading:
+        """The raw readings and when they were measured: DMControl's state features as one
+        vector (the suite's order), or the env's observation (a dict of arrays, or a vector)."""
         if self.kind == "dmc":
-            return np.concatenate([np.asarray(v, np.float32).reshape(-1)
-                                   for v in self.time_step.observation.values()])
-        return self.observation
+            observation = np.concatenate([np.asarray(v, np.float32).reshape(-1)
+                                          for v in self.time_step.observation.values()])
+        else:
+            observation = self.observation
+        return Reading(observation, time.monotonic())
 
-    def apply(self, command: np.ndarray) -> None:
+    def write(self, command: np.ndarray) -> None:
         """Sends the command (within the trained bounds) and holds it for the trained number
         of control steps."""
+        if self._done:  # the stop action after the episode's end: nothing left to move
+            return
         for _ in range(self.steps_per_command):
             if self.kind == "dmc":
                 self.time_step = self.env.step(command)
-                self.reward += self.time_step.reward or 0.0
-                self.done = self.time_step.last()
+                self.episode_return += self.time_step.reward or 0.0
+                self._done = self.time_step.last()
             else:
                 self.observation, reward, terminated, truncated, info = self.env.step(command.astype(np.float32))
-                self.reward += float(reward)
-                self.done = terminated or truncated
+                self.episode_return += float(reward)
+                self._done = terminated or truncated
                 self.success = info.get("is_success")
-            if self.done:
+            if self._done:
+                if self.success is not None:
+                    self.successes.append(bool(self.success))
                 break
+
+    @property
+    def done(self) -> bool:
+        return self._done
 
 
 def main(argv=None) -> int:
@@ -95,6 +118,9 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes", type=int, default=1)
     parser.add_argument("--rate", type=float, default=None, help="control rate in Hz (default: the trained one)")
     parser.add_argument("--margin-ms", type=float, default=1.0, help="slack kept in each tick for sensing and acting")
+    parser.add_argument("--max-change", type=float, default=None,
+                        help="rate limit: the most each command dimension may change per tick (default: none)")
+    parser.add_argument("--ticks", default=None, help="write the tick log (JSON lines) to this file")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trust-task", action="store_true",
                         help="allow the bundle's task, when a factory (module:factory), to import and call its code")
@@ -111,46 +137,30 @@ def main(argv=None) -> int:
     if args.rate is None and not policy.control_period_s:
         sys.exit("error: the bundle does not give its task's control rate; give --rate HZ")
     rate = args.rate or 1.0 / policy.control_period_s
-    period = 1.0 / rate
     print(f"{policy.task}: {policy.num_simulations} simulations per decision at {rate:.1f} Hz "
-          f"(tick {period * 1000:.1f} ms)")
+          f"(tick {1000 / rate:.1f} ms)")
 
-    returns, successes, decision_ms, simulations, missed, decisions, running = [], [], [], [], 0, 0, 0.0
-    for episode in range(args.episodes):
-        try:
-            robot = Robot(policy, args.seed + episode, args.trust_task)
-        except EzRobotError as error:  # the task's module is not importable here, say
-            sys.exit(f"error: {error}")
-        tick = first_tick = time.perf_counter()
-        while not robot.done:
-            # --- sense, decide within the tick, act ---
-            budget_ms = (tick + period - time.perf_counter()) * 1000.0 - args.margin_ms
-            command = policy.act(robot.read_sensors(), deadline_ms=max(budget_ms, 0.0))
-            decision_ms.append(policy.last.elapsed_ms)
-            simulations.append(int(policy.last.simulations[0]))
-            robot.apply(command)
-            # --- wait for the next tick; an overrun restarts the schedule from now ---
-            decisions += 1
-            tick += period
-            now = time.perf_counter()
-            if now > tick:
-                missed, tick = missed + 1, now
-            else:
-                time.sleep(tick - now)
-        running += time.perf_counter() - first_tick  # resets and loading are not control time
-        returns.append(robot.reward)
-        line = f"episode {episode}: return {robot.reward:.2f}"
-        if robot.success is not None:
-            successes.append(bool(robot.success))
-            line += f", success {bool(robot.success)}"
+    robot = SimulatorRobot(policy, args.seed, args.trust_task)
+    try:
+        report = run_loop(policy, robot, rate_hz=rate, episodes=args.episodes, margin_ms=args.margin_ms,
+                          guards=Guards(max_change=args.max_change), ticks=args.ticks)
+    except EzRobotError as error:  # the task's module is not importable here, a rate limit that does not fit, say
+        sys.exit(f"error: {error}")
+    for episode, episode_return in enumerate(report.returns):
+        line = f"episode {episode}: return {episode_return:.2f}"
+        if episode < len(robot.successes):
+            line += f", success {robot.successes[episode]}"
         print(line)
 
-    ms = np.asarray(decision_ms)
-    print(f"achieved {decisions / running:.1f} Hz (target {rate:.1f} Hz) over {decisions} decisions; "
-          f"missed deadlines: {missed}")
+    ms = np.asarray(report.decision_ms or [0.0])
+    print(f"achieved {report.achieved_hz:.1f} Hz (target {rate:.1f} Hz) over {report.decisions} decisions; "
+          f"missed deadlines: {report.missed_deadlines}; fallbacks: {sum(report.fallbacks.values())}; "
+          f"stopped: {report.stop_reason}")
     print(f"decision latency p50 {np.percentile(ms, 50):.2f} ms, p99 {np.percentile(ms, 99):.2f} ms; "
-          f"simulations per decision: mean {np.mean(simulations):.1f}, min {min(simulations)}")
-    print(f"mean return {np.mean(returns):.2f}" + (f", success rate {np.mean(successes):.0%}" if successes else ""))
+          f"simulations per decision: mean {np.mean(report.simulations or [0]):.1f}, "
+          f"min {min(report.simulations or [0])}")
+    successes = robot.successes
+    print(f"mean return {np.mean(report.returns):.2f}" + (f", success rate {np.mean(successes):.0%}" if successes else ""))
     return 0
 
 

@@ -185,9 +185,20 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet,
               help="A results file (benchmarks/results.csv) to write the results page from, instead of run directories.")
 @click.option("--peers", type=click.Path(dir_okay=False), default=None,
               help="With --results: other systems' figures to set beside ours (benchmarks/peers.csv).")
-def report(run_dirs, out, results, peers):
+@click.option("--ticks", type=click.Path(dir_okay=False), default=None,
+              help="A tick log of `ez-robot run` to sum up instead: rate achieved, decision times, fallbacks "
+                   "by reason, rate-limit clips, missed deadlines.")
+def report(run_dirs, out, results, peers, ticks):
     """Learning curves and result tables for one or more runs (seeds, tasks, Atari games),
-    or the results page of a results file (--results)."""
+    the results page of a results file (--results), or the summary of a tick log (--ticks)."""
+    if ticks:
+        from ez_robot.export.ticks import format_summary, summarize_ticks
+
+        if run_dirs or results:
+            raise click.UsageError("give --ticks FILE alone, without run directories or --results")
+        with _user_errors():
+            click.echo(format_summary(summarize_ticks(ticks)))
+        return
     with _user_errors():
         if results:
             from ez_robot.results import write_results_page
@@ -201,7 +212,7 @@ def report(run_dirs, out, results, peers):
             from ez_robot.report import write_report
 
             if not run_dirs:
-                raise click.UsageError("give one or more run directories, or --results FILE")
+                raise click.UsageError("give one or more run directories, --results FILE or --ticks FILE")
             path = write_report(run_dirs, out)
     click.echo(f"wrote {path} and its curves")
 
@@ -237,37 +248,110 @@ def export(run_dir, out, checkpoint, observations, threads, trust_task):
 @click.option("--task", default=None, help="Task to run on (default: the bundle's task).")
 @click.option("--episodes", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--rate", type=float, default=None, metavar="HZ",
-              help="Decisions per second (default: the task's control rate, from the bundle).")
+              help="Decisions per second, > 0 (default: the task's control rate, from the bundle).")
 @click.option("--simulations", type=click.IntRange(min=0), default=None,
               help="Simulations per decision (default: the bundle's search config); a decision stops "
                    "early when its tick runs out.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the first episode (then +1 each).")
 @click.option("--video", type=click.Path(dir_okay=False), default=None, help="Write the first episode to this mp4.")
-@_TRUST_TASK
-def run(bundle, task, episodes, rate, simulations, seed, video, trust_task):
-    """Run an exported BUNDLE at a fixed control rate on onnxruntime (no torch), and report
-    the achieved rate, missed deadlines and returns."""
+@click.option("--fallback", default="hold", show_default=True, metavar="hold|neutral|ACTION",
+              help="Action of a tick without a fresh, finite reading or a decision in time: the last action "
+                   "sent, neutral (0 where the bounds hold 0, else their middle), or values separated by commas.")
+@click.option("--stop-action", default="neutral", show_default=True, metavar="neutral|hold|ACTION",
+              help="Action sent first when the run stops (its end, Ctrl-C, SIGTERM, an error).")
+@click.option("--max-age-ms", type=float, default=None, metavar="MS",
+              help="A reading older than this is stale and gets the fallback (default: two ticks).")
+@click.option("--max-change", default=None, metavar="X[,X...]",
+              help="Rate limit: the most each action dimension may change per tick, in the action's units "
+                   "(default: none).")
+@click.option("--low", default=None, metavar="X[,X...]", help="Lower action bounds, within the bundle's.")
+@click.option("--high", default=None, metavar="X[,X...]", help="Upper action bounds, within the bundle's.")
+@click.option("--stop-after-fallbacks", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Stop (stop action first) after N fallback ticks in a row (default: never).")
+@click.option("--ticks", "ticks_path", type=click.Path(dir_okay=False), default=None,
+              help="The tick log (JSON lines; `ez-robot report --ticks FILE` sums it up); default "
+                   "ticks-<time>.jsonl beside the bundle.")
+def run(bundle, task, episodes, rate, simulations, seed, video, fallback, stop_action, max_age_ms, max_change, low,
+        high, stop_after_fallbacks, ticks_path):
+    """Run an exported BUNDLE at a fixed control rate on onnxruntime (no torch), guarded (a
+    fallback action for stale, missing or non-finite readings and late decisions; bounds and
+    an optional rate limit; the stop action first on Ctrl-C or SIGTERM), and report the
+    achieved rate, missed deadlines, fallbacks and returns."""
+    import math
+    import time
+
+    from ez_robot.export.guards import Guards, parse_action, parse_numbers
+    from ez_robot.export.runtime import Policy
+
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise click.UsageError(f"--rate must be a number of Hz > 0, got {rate:g}")
+    with _user_errors():
+        guards = Guards(fallback=parse_action(fallback, "--fallback"),
+                        stop_action=parse_action(stop_action, "--stop-action"), max_age_ms=max_age_ms,
+                        max_change=None if max_change is None else parse_numbers(max_change, "--max-change"),
+                        low=None if low is None else parse_numbers(low, "--low"),
+                        high=None if high is None else parse_numbers(high, "--high"),
+                        stop_after_fallbacks=stop_after_fallbacks)
+        policy = Policy.load(bundle, num_simulations=simulations)
+        robot, period = _simulated_robot(policy, bundle, task, seed, trust_task)
+    rate = rate or (1.0 / period if period else None)
+    if rate is None:
+        robot.close()
+        raise click.UsageError("give --rate HZ (> 0): the bundle does not give this task's control rate")
+    if ticks_path is None:
+        ticks_path = Path(bundle).resolve().parent / f"ticks-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    recorder = None
+    if video:
+        from ez_robot.export.controller import VideoRecorder
+
+        robot.on_step = recorder = VideoRecorder(video, fps=rate)
+    try:
+        with _user_errors():  # a video of a task without a renderer, a guard setting that does not fit, say
+            from ez_robot.export.controller import run_loop
+
+            report = run_loop(policy, robot, rate_hz=rate, guards=guards, episodes=episodes, ticks=ticks_path)
+    finally:
+        robot.close()
+        if recorder is not None:
+            recorder.close()
+    if recorder is not None:
+        click.echo(f"video: {video}")
+    click.echo(report.summary())
+    for error in robot.env_errors:
+        click.echo(f"the env failed and was made again: {error}", err=True)
+    click.echo(f"ticks: {report.ticks_path}")
+    if report.stop_reason in ("SIGINT", "SIGTERM"):
+        raise SystemExit(128 + {"SIGINT": 2, "SIGTERM": 15}[report.stop_reason])
+
+
+def _simulated_robot(policy, bundle, task, seed, trust_task=False):
+    """The bundle's task (or ``task``) as a simulated robot taking the robot's own actions,
+    and its control period (None where neither the bundle nor the env gives one)."""
     import dataclasses
+
+    try:
+        import gymnasium as gym
+    except ImportError:
+        raise click.ClickException("ez-robot run plays the bundle's task in its simulator, which needs the train "
+                                   "extra (pip install 'ez-robot[train]'); on a robot, drive your own Robot with "
+                                   "ez_robot.export.controller.run_loop (docs/export_and_runtime.md)") from None
 
     from ez_robot import envs
     from ez_robot.config import config_from_dict
     from ez_robot.errors import BundleError, ConfigError
-    from ez_robot.export.controller import VideoRecorder, run_at_rate
-    from ez_robot.export.runtime import Policy
+    from ez_robot.export.robot import SimulatedRobot
 
-    with _user_errors():
-        policy = Policy.load(bundle, num_simulations=simulations)
-        try:
-            env_config = config_from_dict(policy.manifest["config"]).env
-        except (ConfigError, KeyError, TypeError, AttributeError) as error:
-            raise BundleError(f"{bundle}'s manifest holds no valid training config ({type(error).__name__}: "
-                              f"{error}); re-export the run") from None
-        if task is not None:
-            envs.validate_task(task)
-            env_config = dataclasses.replace(env_config, task=task)
-        envs.require_trusted_task(env_config.task, env_config.kwargs, trusted=trust_task or task is not None,
-                                  origin=f"the manifest of {bundle}", also=" or give the same --task")
-        env = envs.make_from_config(env_config, seed=seed, mode="eval")
+    try:
+        env_config = config_from_dict(policy.manifest["config"]).env
+    except (ConfigError, KeyError, TypeError, AttributeError) as error:
+        raise BundleError(f"{bundle}'s manifest holds no valid training config ({type(error).__name__}: "
+                          f"{error}); re-export the run") from None
+    if task is not None:
+        envs.validate_task(task)
+        env_config = dataclasses.replace(env_config, task=task)
+    envs.require_trusted_task(env_config.task, env_config.kwargs, trusted=trust_task or task is not None,
+                              origin=f"the manifest of {bundle}", also=" or give the same --task")
+    env = envs.make_from_config(env_config, seed=seed, mode="eval")
     spec = policy.action_spec
     shape = tuple(env.observation_space.shape)
     actions = tuple(env.action_space.shape) if spec.sampled else getattr(env.action_space, "n", None)
@@ -278,21 +362,14 @@ def run(bundle, task, episodes, rate, simulations, seed, video, trust_task):
                                    f"{policy.observation_shape} and {spec.describe()} actions")
     period = policy.control_period_s if env_config.task == policy.task else \
         getattr(env.unwrapped, "control_period", None)
-    rate = rate or (1.0 / period if period else None)
-    if rate is None or rate <= 0:
-        env.close()
-        raise click.UsageError("give --rate HZ (> 0): the bundle does not give this task's control rate")
-    recorder = VideoRecorder(video, fps=rate) if video else None
-    try:
-        with _user_errors():  # a video of a task without a renderer, say
-            report = run_at_rate(policy, env, rate_hz=rate, episodes=episodes, seed=seed, on_step=recorder)
-    finally:
-        env.close()
-        if recorder is not None:
-            recorder.close()
-    if recorder is not None:
-        click.echo(f"video: {video}")
-    click.echo(report.summary())
+    made = [env]  # the env made for the check is the robot's first
+
+    def make(env_seed):
+        task_env = made.pop() if made else envs.make_from_config(env_config, seed=env_seed, mode="eval")
+        # the robot takes actions in its own units (the bundle's bounds), below the action mode's wrapper
+        return task_env.env if policy.continuous and isinstance(task_env, gym.ActionWrapper) else task_env
+
+    return SimulatedRobot(make, seed=seed), period
 
 
 if __name__ == "__main__":

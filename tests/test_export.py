@@ -224,7 +224,7 @@ def test_a_batch_decides_as_each_observation_alone(state):
 def test_the_runtime_never_imports_torch(state):
     code = (f"import sys, numpy as np\n"
             f"from ez_robot.export.runtime import Policy\n"
-            f"from ez_robot.export.controller import run_at_rate\n"
+            f"from ez_robot.export.controller import run_loop\n"
             f"policy = Policy.load({str(state['bundle'])!r})\n"
             f"action = policy.act(np.zeros(5, np.float32), deadline_ms=50)\n"
             f"assert action.shape == (1,), action\n"
