@@ -199,15 +199,15 @@ class GroupRequest:
             if self.todo:
                 from ez_robot.ray_cluster import init_ray
 
-                with interrupt_on_sigterm():
-                    started = init_ray(self.options.address)
-                    try:
+                started = init_ray(self.options.address)
+                try:  # SIGTERM interrupts as Ctrl-C does from here on (ray.init sets a handler of its own)
+                    with interrupt_on_sigterm():
                         outcomes = self._train(log)
-                    finally:
-                        if started:
-                            import ray
+                finally:
+                    if started:
+                        import ray
 
-                            ray.shutdown()
+                        ray.shutdown()
             else:
                 log("every seed has finished its budget; give a larger --budget to extend them")
         report = write_group_report(self.dir, self.manifest["seeds"], log)

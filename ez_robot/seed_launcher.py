@@ -7,7 +7,9 @@ and its options, and prepares and runs its request where Ray placed it.
 """
 from __future__ import annotations
 
+import json
 import math
+import signal
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +139,7 @@ class Launcher:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         seed_task = ray.remote(_train_seed)
         waiting, running, outcomes = list(todo), {}, {}
+        seeds = {seed.seed: seed for seed in todo}
         try:
             while waiting or running:
                 while waiting and len(running) < self.plan.at_once:
@@ -155,7 +158,7 @@ class Launcher:
                     seed = running.pop(ref)
                     outcomes[seed] = self._outcome(seed, ref)
         except KeyboardInterrupt:
-            self._stop(running)
+            self._stop({ref: seeds[number] for ref, number in running.items()})
             raise
         return outcomes
 
@@ -193,13 +196,15 @@ class Launcher:
 
     def _stop(self, running: dict) -> None:
         """Each running seed gets a KeyboardInterrupt (its trainer writes its checkpoint);
-        waits for them to end (a second Ctrl-C stops waiting)."""
+        waits for them to end (a second Ctrl-C stops waiting), then says where each stopped."""
         import ray
+
+        from ez_robot.checkpoint import checkpoint_path
 
         if not running:
             return
-        seeds = ", ".join(map(str, sorted(running.values())))
-        self.log(f"stopping seed{'s' * (len(running) > 1)} {seeds}: each writes its checkpoint first")
+        numbers = ", ".join(str(seed.seed) for seed in sorted(running.values(), key=lambda seed: seed.seed))
+        self.log(f"stopping seed{'s' * (len(running) > 1)} {numbers}: each writes its checkpoint first")
         for ref in running:
             ray.cancel(ref, recursive=False)
         try:
@@ -207,6 +212,14 @@ class Launcher:
             self._relay()
         except KeyboardInterrupt:
             self.log("stopped waiting: a seed still writing its checkpoint keeps its previous one")
+        for seed in sorted(running.values(), key=lambda seed: seed.seed):
+            info = checkpoint_path(seed.options.run_dir or seed.options.resume).with_suffix(".json")
+            try:
+                c = json.loads(info.read_text())["counters"]
+                self.log(f"seed {seed.seed}: checkpoint at {c['agent_steps']} agent steps, {c['train_steps']} "
+                         "training steps")
+            except (OSError, ValueError, KeyError):
+                self.log(f"seed {seed.seed}: no checkpoint yet (it starts from zero when resumed)")
 
 
 def _train_seed(request_type, task, options, seed: int, group_dir: str, lines) -> dict:
@@ -223,7 +236,13 @@ def _train_seed(request_type, task, options, seed: int, group_dir: str, lines) -
         lines.put.remote(f"seed {seed}: {line}")
 
     display = ProgressDisplay("lines", every=options.log_every, write=write) if options.progress else None
-    request = request_type.prepare(task, options)
-    return request.run(write, display=display, group=Path(group_dir).name)
+    # ray.cancel interrupts a task through SIGINT's handler, which a worker started from a
+    # background job (`cmd &`, nohup) inherits ignored: the task takes Python's own back
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        request = request_type.prepare(task, options)
+        return request.run(write, display=display, group=Path(group_dir).name)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
