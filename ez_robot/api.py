@@ -217,7 +217,7 @@ class TrainingRequest:
         elsewhere, none without ``progress``); ``group`` names the run's group of seeds to
         the trackers."""
         from ez_robot.progress import ProgressDisplay
-        from ez_robot.tracking import open_trackers
+        from ez_robot.tracking import make_trackers
 
         log = log or (lambda line: None)
         if self.workers == 0:
@@ -238,7 +238,7 @@ class TrainingRequest:
                 f"{config.agent_steps_budget} agent steps)")
         for caution in config.cautions + _device_cautions(config, self.options["device"]):
             log(f"caution: {caution}")
-        trackers = open_trackers(self.run_dir, config, wandb=shown["wandb"], group=group, log=log)
+        trackers = make_trackers(wandb=shown["wandb"], group=group, log=log)
         try:
             summary = run_training(config, self.run_dir, progress=display or False,
                                    sinks=[sink for sink in (display, *trackers) if sink is not None], **self.options)

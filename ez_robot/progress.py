@@ -145,6 +145,9 @@ class ProgressDisplay:
         parts.append(f"ETA {eta}" if left else "self-play done")
         return f"{time.strftime('%H:%M:%S')} train: " + " | ".join(parts)
 
+    def open(self, run_dir, config) -> None:
+        """As a sink of the run's records: nothing to open."""
+
     def record(self, kind: str, counters: Counters, values: dict) -> None:
         """A record of the run (:meth:`RunFiles.log`): evaluations get a line."""
         if kind != "eval" or "mean" not in values:

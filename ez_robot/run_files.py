@@ -83,9 +83,12 @@ def locked_dir(directory: Path | str, doing: str = "training in it"):
 
 
 class Sink(Protocol):
-    """Something that hears of every record a run logs, after metrics.jsonl has it: the
-    progress display (:class:`ez_robot.progress.ProgressDisplay`), an experiment tracker
-    (:mod:`ez_robot.tracking`)."""
+    """Something that is opened on the run (its directory, held by this process, and its
+    resolved config) and then hears of every record it logs, after metrics.jsonl has it:
+    the progress display (:class:`ez_robot.progress.ProgressDisplay`), an experiment
+    tracker (:mod:`ez_robot.tracking`)."""
+
+    def open(self, run_dir: Path, config: Config) -> None: ...
 
     def record(self, kind: str, counters: Counters, values: dict) -> None: ...
 
@@ -116,6 +119,8 @@ class RunFiles:
         from torch.utils.tensorboard import SummaryWriter
 
         self.tensorboard = SummaryWriter(str(self.dir / "tensorboard"), purge_step=purge_step)
+        for sink in self.sinks:
+            sink.open(self.dir, config)
 
     def log(self, kind: str, counters: Counters, **values) -> None:
         record = {"kind": kind, "time": time.time(), "agent_steps": counters.agent_steps,

@@ -1,9 +1,10 @@
 """Experiment trackers besides TensorBoard: sinks of a run's records.
 
-A tracker is a :class:`ez_robot.run_files.Sink` (it hears of every record metrics.jsonl
-gets, as TensorBoard does) that also takes the run's config when it opens and the
-evaluation videos a run records.  Its owner (:class:`ez_robot.api.TrainingRequest`)
-opens it before training and closes it after.  This module is the only one that knows
+A tracker is a :class:`ez_robot.run_files.Sink`: the run's files open it with the run's
+resolved config once the run directory is held, and it hears of every record
+metrics.jsonl gets, as TensorBoard does; it also takes the evaluation videos a run
+records.  Its owner (:class:`ez_robot.api.TrainingRequest`) makes it before training and
+closes it after.  This module is the only one that knows
 which trackers exist; the one there is is Weights & Biases (``--wandb``, the ``track``
 extra).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 import warnings
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from ez_robot.config import Config, config_to_dict
 from ez_robot.errors import ConfigError, RunError
 from ez_robot.schedules import Counters
 
-__all__ = ["Tracker", "WandbTracker", "require_trackers", "open_trackers"]
+__all__ = ["Tracker", "WandbTracker", "require_trackers", "make_trackers"]
 
 TRACKING_FILE = "tracking.json"
 """In a run directory: the trackers' own ids of the run, so that a resumed run goes on in
@@ -27,7 +29,11 @@ NOT_METRICS = ("kind", "time", "agent_steps", "env_frames", "train_steps")
 
 
 class Tracker:
-    """The sink interface of a tracker: every record, the evaluation videos, the end."""
+    """The sink interface of a tracker: opened on the run (by :class:`RunFiles`, once the
+    run directory is held), every record, the evaluation videos, the end (by its owner)."""
+
+    def open(self, run_dir: Path, config: Config) -> None:
+        raise NotImplementedError
 
     def record(self, kind: str, counters: Counters, values: dict) -> None:
         raise NotImplementedError
@@ -46,11 +52,10 @@ def require_trackers(wandb: bool = False) -> None:
         _import_wandb()
 
 
-def open_trackers(run_dir: Path | str, config: Config, *, wandb: bool = False, group: str | None = None,
-                  log=None) -> list[Tracker]:
-    """The trackers asked for, opened on ``run_dir`` (a resumed run goes on in its tracked
-    run) with the resolved ``config``; ``group`` names a group of seeds."""
-    return [WandbTracker(Path(run_dir), config, group=group, log=log)] if wandb else []
+def make_trackers(*, wandb: bool = False, group: str | None = None, log=None) -> list[Tracker]:
+    """The trackers asked for, to hand to a trainer as sinks; ``group`` names a group of
+    seeds, ``log`` takes a line saying where each tracked run is."""
+    return [WandbTracker(group=group, log=log)] if wandb else []
 
 
 def _import_wandb():
@@ -82,28 +87,30 @@ class WandbTracker(Tracker):
     what a killed process logged after its last checkpoint stays there, while
     metrics.jsonl cuts it."""
 
-    def __init__(self, run_dir: Path, config: Config, *, group: str | None = None, log=None):
-        wandb = _import_wandb()
-        self._wandb = wandb
+    def __init__(self, *, group: str | None = None, log=None):
+        self._wandb, self.group, self.log, self.run, self._failed = _import_wandb(), group, log, None, False
+
+    def open(self, run_dir: Path, config: Config) -> None:
+        """Starts the W&B run (or goes on with the one ``run_dir`` was tracked in)."""
+        wandb = self._wandb
         ids = _ids(run_dir)
-        run_id = ids.get("wandb") or wandb.util.generate_id()
+        run_id = ids.get("wandb") or uuid.uuid4().hex[:12]
         if "wandb" not in ids:
             (run_dir / TRACKING_FILE).write_text(json.dumps({**ids, "wandb": run_id}) + "\n")
-        name = f"{group}/{run_dir.name}" if group else run_dir.name
+        name = f"{self.group}/{run_dir.name}" if self.group else run_dir.name
         try:
             self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "ez-robot"), dir=str(run_dir), id=run_id,
-                                  name=name, group=group, resume="allow", config=config_to_dict(config),
-                                  settings=wandb.Settings(console="off", quiet=True))
+                                  name=name, group=self.group, resume="allow", config=config_to_dict(config),
+                                  settings=wandb.Settings(console="off", silent=True))
         except Exception as error:  # noqa: BLE001 - not logged in, no network, a bad entity...
             raise RunError(f"W&B could not start a run ({type(error).__name__}: {str(error).splitlines()[0]}); "
                            "log in (`wandb login`), or set WANDB_MODE=offline to write it to the run directory "
                            "without a network") from None
         self.run.define_metric("env_frames")
         self.run.define_metric("*", step_metric="env_frames")
-        self._failed = False
-        if log is not None:
+        if self.log is not None:
             where = f"offline in {self.run.dir}" if self.run.settings.mode == "offline" else self.run.url
-            log(f"W&B run {run_id}: {where}")
+            self.log(f"W&B run {run_id}: {where}")
 
     def record(self, kind: str, counters: Counters, values: dict) -> None:
         numbers = {f"{kind}/{name}": value for name, value in values.items()
@@ -124,7 +131,9 @@ class WandbTracker(Tracker):
             self._failed = True
 
     def close(self) -> None:
-        self.run.finish()
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
 
 
 def _steps(counters: Counters) -> dict:
