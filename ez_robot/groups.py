@@ -132,7 +132,7 @@ class GroupRequest:
                                   "keeps them (start another group for other seeds)")
             if o.run_dir is not None and Path(o.run_dir).resolve() != group_dir.resolve():
                 raise ConfigError("the run directory and the group to resume differ; a group resumes in its own")
-            stored = manifest["options"]
+            stored = manifest["options"]  # completed below with the defaults of options it lacks
         else:
             if task is None:
                 raise ConfigError("give a task (or --resume GROUP_DIR to continue a group)")
@@ -146,6 +146,7 @@ class GroupRequest:
             stored = {name: _jsonable(name, getattr(o, name)) for name in STORED}
             manifest = {"format": MANIFEST_FORMAT, "task": _absolute(task), "seeds": seeds, "options": stored}
         defaults = {f.name: f.default for f in dataclasses.fields(o)}
+        stored = {**{name: _jsonable(name, defaults[name]) for name in STORED}, **stored}
         # how seeds train: this call's options where given, else the group's
         how = {name: getattr(o, name) if getattr(o, name) != defaults[name] else stored.get(name, defaults[name])
                for name in STORED if name not in SETTING}
