@@ -130,6 +130,10 @@ def train(task: str | Callable | None = None, *, log: Callable[[str], None] | No
     return request.run_dir
 
 
+_OUTPUTS = ("progress", "log_every", "wandb", "video")
+"""The options of what a run shows and mirrors, which its trainer does not take."""
+
+
 def _options(options: Mapping[str, Any]) -> TrainOptions:
     known = {f.name for f in fields(TrainOptions)}
     unknown = sorted(set(options) - known)
@@ -149,9 +153,9 @@ class TrainingRequest:
     def __init__(self, config, run_dir: Path, state: dict | None, workers: int, options: dict,
                  outputs: dict | None = None):
         self.config, self.run_dir, self.state, self.workers, self.options = config, run_dir, state, workers, options
-        self.outputs = {"progress": True, "log_every": 30.0, "wandb": False, "video": 0, **(outputs or {})}
-        """What the run shows and mirrors besides its run directory (TrainOptions' progress,
-        log_every, wandb, video)."""
+        self.outputs = {name: getattr(TrainOptions(), name) for name in _OUTPUTS} | (outputs or {})
+        """What the run shows and mirrors besides its run directory: TrainOptions' progress,
+        log_every, wandb and video."""
 
     @classmethod
     def prepare(cls, task: str | Callable | None = None, options: TrainOptions = TrainOptions()) -> "TrainingRequest":
@@ -159,9 +163,8 @@ class TrainingRequest:
         from ez_robot.checkpoint import checkpoint_path, read_checkpoint, resume_config
         from ez_robot.config import load_config
         from ez_robot.envs.custom import absolute_task
-        from ez_robot.trainer import check_resumable
-
         from ez_robot.tracking import require_trackers
+        from ez_robot.trainer import check_resumable
 
         o = options
         if o.seeds is not None or o.seeds_at_once is not None:
@@ -209,7 +212,7 @@ class TrainingRequest:
         if workers > 0:
             trainer_options.update(workers=workers, **ray_only)
         return cls(config, Path(run_dir), state, workers, trainer_options,
-                   dict(progress=o.progress, log_every=o.log_every, wandb=o.wandb, video=o.video))
+                   {name: getattr(o, name) for name in _OUTPUTS})
 
     def run(self, log: Callable[[str], None] | None = print, *, display=None, group: str | None = None) -> dict:
         """Trains; returns the trainer's summary.  ``display`` is what training shows
@@ -224,9 +227,9 @@ class TrainingRequest:
             from ez_robot.trainer import train as run_training
         else:
             from ez_robot.ray_trainer import train as run_training
-        shown = self.outputs
-        if display is None and shown["progress"]:
-            display = ProgressDisplay(every=shown["log_every"])
+        outputs = self.outputs
+        if display is None and outputs["progress"]:
+            display = ProgressDisplay(every=outputs["log_every"])
         config = self.config
         if self.state is None:
             log(f"run directory: {self.run_dir}  ({config.agent_steps_budget} agent steps = "
@@ -238,12 +241,12 @@ class TrainingRequest:
                 f"{config.agent_steps_budget} agent steps)")
         for caution in config.cautions + _device_cautions(config, self.options["device"]):
             log(f"caution: {caution}")
-        trackers = make_trackers(wandb=shown["wandb"], group=group, log=log)
+        trackers = make_trackers(wandb=outputs["wandb"], group=group, log=log)
         try:
             summary = run_training(config, self.run_dir, progress=display or False,
                                    sinks=[sink for sink in (display, *trackers) if sink is not None], **self.options)
-            if shown["video"] and summary["finished"]:
-                for path, counters in _record_videos(self.run_dir, shown["video"], self.options["device"]):
+            if outputs["video"] and summary["finished"]:
+                for path, counters in _record_videos(self.run_dir, outputs["video"], self.options["device"]):
                     log(f"video: {path}")
                     for tracker in trackers:
                         tracker.video(path, counters)

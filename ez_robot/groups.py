@@ -92,7 +92,8 @@ def group_runs(paths: Sequence[str | Path]) -> list[Path]:
     out = []
     for path in map(Path, paths):
         if is_group(path):
-            out += [d for d in (seed_dir(path, s) for s in read_manifest(path)["seeds"]) if (d / "config.yaml").exists()]
+            runs = (seed_dir(path, seed) for seed in read_manifest(path)["seeds"])
+            out += [run for run in runs if (run / "config.yaml").exists()]
         else:
             out.append(path)
     return out
@@ -150,7 +151,8 @@ class GroupRequest:
         # how seeds train: this call's options where given, else the group's
         how = {name: getattr(o, name) if getattr(o, name) != defaults[name] else stored.get(name, defaults[name])
                for name in STORED if name not in SETTING}
-        base = dataclasses.replace(o, **{**how, "seeds_at_once": None}, seeds=None, run_dir=None, resume=None, seed=None)
+        base = dataclasses.replace(o, **{**how, "seeds_at_once": None}, seeds=None, run_dir=None, resume=None,
+                                   seed=None)
         todo, finished = [], []
         for seed in manifest["seeds"]:
             where = seed_dir(group_dir, seed).resolve()
@@ -233,9 +235,11 @@ class GroupRequest:
             held_here, explicit = resources(seed, cluster_gpus)
             todo.append(dataclasses.replace(seed, options=dataclasses.replace(seed.options, **explicit)))
             held.append(held_here)
+        most = {key: max(h[key] for h in held) for key in held[0]}  # what the largest seed holds
         plan = plan_seeds(len(todo), cluster_cpus=cluster_cpus, cluster_gpus=cluster_gpus,
-                          at_most=self.manifest["options"].get("seeds_at_once"), **{key: max(h[key] for h in held) for key in held[0]})
-        where = "the embedded local Ray" if self.options.address is None else f"the Ray cluster at {self.options.address}"
+                          at_most=self.manifest["options"].get("seeds_at_once"), **most)
+        address = self.options.address
+        where = "the embedded local Ray" if address is None else f"the Ray cluster at {address}"
         cluster = f"{where} ({cluster_cpus:g} CPUs" + (f", {cluster_gpus:g} GPUs)" if cluster_gpus else ")")
         for line in describe(plan, [seed.seed for seed in todo], todo[0].workers, cluster, self.finished):
             log(line)

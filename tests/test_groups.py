@@ -94,7 +94,8 @@ def test_seeds_train_at_once_each_as_it_would_alone_and_end_with_the_group_repor
     assert any(line.startswith("seed 1: ") and " eval at 120 agent steps (120 env frames, 30 training steps): "
                "return" in line for line in out.stdout.splitlines())
     assert "final evaluation over 2 seeds: mean" in out.stdout and "2 evaluation episodes behind each" in out.stdout
-    assert (group / "report" / "report.md").is_file() and json.loads((group / "group.json").read_text())["seeds"] == [0, 1]
+    assert (group / "report" / "report.md").is_file()
+    assert json.loads((group / "group.json").read_text())["seeds"] == [0, 1]
     for seed in (0, 1):
         assert checkpoint_info(group / f"seed-{seed}")["counters"]["final_eval"] == 120
 
