@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -92,7 +92,19 @@ class TrainOptions:
     threads: int = _option(1, "Torch threads per process; more help only large batches on an idle machine.")
     trust_task: bool = _option(False, "With --resume: allow a run whose task is a factory (module:factory, "
                                       "file.py:factory) to import and call it; only for runs you trust.")
-    progress: bool = _option(True, "A progress bar while training.")
+    progress: bool = _option(True, "Show progress while training: a bar on a terminal, lines elsewhere.")
+    log_every: float = _option(30.0, "Seconds between two progress lines where stdout is not a terminal (a batch "
+                                     "job's log, a pipe); every evaluation gets a line too.")
+    seeds: str | Sequence[int] | None = _option(None, "Train these seeds at once as a group, e.g. 0-4 or 0,2,5: one "
+                                                      "run directory each under the group's (--run-dir G: G/seed-0, "
+                                                      "...), resumed together by --resume G, ending with the "
+                                                      "group's report.")
+    seeds_at_once: int | None = _option(None, "With --seeds: at most this many seeds train at the same time "
+                                              "(default: as many as the Ray cluster's CPUs hold).")
+    wandb: bool = _option(False, "Mirror the metrics, the config and the videos to Weights & Biases besides "
+                                 "TensorBoard (pip install 'ez-robot[track]'; WANDB_MODE=offline needs no network).")
+    video: int = _option(0, "Once training is done, record this many greedy episodes of the final networks as mp4 "
+                            "in RUN_DIR/videos (as `ez-robot eval --video N`), sent to the trackers too.")
 
     @classmethod
     def help(cls, name: str) -> str:
@@ -105,11 +117,24 @@ def train(task: str | Callable | None = None, *, log: Callable[[str], None] | No
 
     ``options`` are the fields of :class:`TrainOptions` (``budget="100k"``, ``seed``,
     ``overrides=["train.lr=0.1"]``, ``env_kwargs``, ``workers=0`` for one process without
-    Ray, ...).  ``log`` gets the start and end lines (None: quiet).  Ctrl-C stops it with a
+    Ray, ...).  With ``seeds="0-4"`` (or a list) it trains a group of seeds and returns the
+    group directory (:mod:`ez_robot.groups`), as does ``resume`` of a group directory.
+    ``log`` gets the start and end lines (None: quiet).  Ctrl-C stops it with a
     checkpoint that ``resume`` continues."""
-    request = TrainingRequest.prepare(task, _options(options))
+    from ez_robot.groups import GroupRequest, is_group
+
+    options = _options(options)
+    if options.seeds is not None or (options.resume is not None and is_group(options.resume)):
+        group = GroupRequest.prepare(None if task is None else task_name(task), options, TrainingRequest)
+        group.run(log)
+        return group.dir
+    request = TrainingRequest.prepare(task, options)
     request.run(log)
     return request.run_dir
+
+
+_OUTPUTS = ("progress", "log_every", "wandb", "video")
+"""The options of what a run shows and mirrors, which its trainer does not take."""
 
 
 def _options(options: Mapping[str, Any]) -> TrainOptions:
@@ -128,8 +153,12 @@ class TrainingRequest:
     (``workers``; 0 is the single-process one) and its options.  :meth:`prepare` raises for
     every mistake before anything starts; :meth:`run` trains."""
 
-    def __init__(self, config, run_dir: Path, state: dict | None, workers: int, options: dict):
+    def __init__(self, config, run_dir: Path, state: dict | None, workers: int, options: dict,
+                 outputs: dict | None = None):
         self.config, self.run_dir, self.state, self.workers, self.options = config, run_dir, state, workers, options
+        self.outputs = {name: getattr(TrainOptions(), name) for name in _OUTPUTS} | (outputs or {})
+        """What the run shows and mirrors besides its run directory: TrainOptions' progress,
+        log_every, wandb and video."""
 
     @classmethod
     def prepare(cls, task: str | Callable | None = None, options: TrainOptions = TrainOptions()) -> "TrainingRequest":
@@ -137,9 +166,15 @@ class TrainingRequest:
         from ez_robot.checkpoint import checkpoint_path, read_checkpoint, require_trusted_config, resume_config
         from ez_robot.config import load_config
         from ez_robot.envs.custom import absolute_task
+        from ez_robot.tracking import require_trackers
         from ez_robot.trainer import check_resumable
 
         o = options
+        if o.seeds is not None or o.seeds_at_once is not None:
+            raise ConfigError("--seeds trains a group (ez_robot.groups.GroupRequest), not one run")
+        if o.log_every <= 0 or o.video < 0:
+            raise ConfigError(f"need --log-every > 0 and --video >= 0, got {o.log_every} and {o.video}")
+        require_trackers(wandb=o.wandb)
         ray_only = {"address": o.address, "gpus": o.gpus, "reanalyze_workers": o.reanalyze_workers}
         given = [name for name, value in ray_only.items() if value is not None]
         workers, run_dir = o.workers, o.run_dir
@@ -177,19 +212,28 @@ class TrainingRequest:
                                   f"{shlex.quote(str(run_dir))} (resume=...), or give another run directory")
         workers = 1 if workers is None else workers
         trainer_options = dict(device=o.device, num_envs=o.num_envs, checkpoint_interval=o.checkpoint_interval,
-                               progress=o.progress, threads=o.threads, resume=state,
-                               replay_checkpoint=o.replay_checkpoint)
+                               threads=o.threads, resume=state, replay_checkpoint=o.replay_checkpoint)
         if workers > 0:
             trainer_options.update(workers=workers, **ray_only)
-        return cls(config, Path(run_dir), state, workers, trainer_options)
+        return cls(config, Path(run_dir), state, workers, trainer_options,
+                   {name: getattr(o, name) for name in _OUTPUTS})
 
-    def run(self, log: Callable[[str], None] | None = print) -> dict:
-        """Trains; returns the trainer's summary."""
+    def run(self, log: Callable[[str], None] | None = print, *, display=None, group: str | None = None) -> dict:
+        """Trains; returns the trainer's summary.  ``display`` is what training shows
+        (:class:`ez_robot.progress.ProgressDisplay`; default: a bar on a terminal, lines
+        elsewhere, none without ``progress``); ``group`` names the run's group of seeds to
+        the trackers."""
+        from ez_robot.progress import ProgressDisplay
+        from ez_robot.tracking import make_trackers
+
         log = log or (lambda line: None)
         if self.workers == 0:
             from ez_robot.trainer import train as run_training
         else:
             from ez_robot.ray_trainer import train as run_training
+        outputs = self.outputs
+        if display is None and outputs["progress"]:
+            display = ProgressDisplay(every=outputs["log_every"])
         config = self.config
         if self.state is None:
             log(f"run directory: {self.run_dir}  ({config.agent_steps_budget} agent steps = "
@@ -201,7 +245,18 @@ class TrainingRequest:
                 f"{config.agent_steps_budget} agent steps)")
         for caution in config.cautions + _device_cautions(config, self.options["device"]):
             log(f"caution: {caution}")
-        summary = run_training(config, self.run_dir, **self.options)
+        trackers = make_trackers(wandb=outputs["wandb"], group=group, log=log)
+        try:
+            summary = run_training(config, self.run_dir, progress=display or False,
+                                   sinks=[sink for sink in (display, *trackers) if sink is not None], **self.options)
+            if outputs["video"] and summary["finished"]:
+                for path, counters in _record_videos(self.run_dir, outputs["video"], self.options["device"]):
+                    log(f"video: {path}")
+                    for tracker in trackers:
+                        tracker.video(path, counters)
+        finally:
+            for tracker in trackers:
+                tracker.close()
         last = summary["last_eval"]
         line = f"last evaluation: {last.get('mean', 'none')}"
         if "success_rate" in last:
@@ -209,6 +264,23 @@ class TrainingRequest:
         log(f"done: {summary['agent_steps']} agent steps, {summary['train_steps']} training steps, "
             f"{summary['wall_seconds']:.0f} s; {line}")
         return summary
+
+
+def _record_videos(run_dir: Path, episodes: int, device: str) -> list[tuple[Path, Any]]:
+    """``episodes`` greedy episodes of a run's final networks, from its evaluation seeds,
+    recorded to ``RUN_DIR/videos``; each video with the run's counters."""
+    from ez_robot.checkpoint import load_run
+    from ez_robot.device import resolve_device
+    from ez_robot.evaluation import play
+    from ez_robot.schedules import Counters, eval_seed
+
+    dev = resolve_device(device)
+    run = load_run(run_dir, None, dev)
+    (run_dir / "videos").mkdir(exist_ok=True)
+    result = play(run.net, run.config, dev, episodes, eval_seed(run.config), record=episodes,
+                  video_dir=run_dir / "videos")
+    counters = Counters.from_state_dict(run.counters)
+    return [(path, counters) for path in result.videos]
 
 
 def _device_cautions(config, device) -> list[str]:

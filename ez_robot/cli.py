@@ -74,29 +74,62 @@ def _help(name: str) -> str:
                    "(repeatable).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=_help("overrides"))
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True, help=_help("threads"))
+@click.option("--seeds", default=None, metavar="0-4|0,2,5", help=_help("seeds"))
+@click.option("--seeds-at-once", type=click.IntRange(min=1), default=None, help=_help("seeds_at_once"))
+@click.option("--log-every", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+              metavar="SECONDS", help=_help("log_every"))
+@click.option("--wandb", is_flag=True, help=_help("wandb"))
+@click.option("--video", type=click.IntRange(min=0), default=0, metavar="N", help=_help("video"))
 @click.option("--trust-task", is_flag=True, help=_help("trust_task"))
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help="No progress bar or progress lines.")
 def train(task, budget, obs, seed, device, run_dir, resume_dir, workers, reanalyze_workers, address, gpus, num_envs,
-          checkpoint_interval, replay_checkpoint, config_files, overrides, threads, trust_task, quiet):
-    """Train an EfficientZero agent on TASK, or resume a run (--resume RUN_DIR)."""
+          checkpoint_interval, replay_checkpoint, config_files, overrides, threads, seeds, seeds_at_once, log_every,
+          wandb, video, trust_task, quiet):
+    """Train an EfficientZero agent on TASK, or resume a run (--resume RUN_DIR); with
+    --seeds, train a group of seeds at once (--resume GROUP_DIR resumes the group)."""
     from click.core import ParameterSource
 
     from ez_robot.api import TrainingRequest, TrainOptions
-    from ez_robot.checkpoint import checkpoint_path
     from ez_robot.config import recipe_overrides
+    from ez_robot.groups import GroupRequest, is_group
 
     given = lambda name: click.get_current_context().get_parameter_source(name) is not ParameterSource.DEFAULT  # noqa: E731
     if resume_dir is None and task is None:
         raise click.UsageError("give --task (or --resume RUN_DIR to continue a run)")
+    grouped = seeds is not None or (resume_dir is not None and is_group(resume_dir))
     with _user_errors():
         overrides = (*(text for source in config_files for text in recipe_overrides(source)), *overrides)
         options = TrainOptions(
-            budget=budget, seed=seed if given("seed") or resume_dir is None else None,
+            budget=budget, seed=seed if given("seed") or (resume_dir is None and not grouped) else None,
             obs=obs if given("obs") or resume_dir is None else None, overrides=overrides, run_dir=run_dir,
             resume=resume_dir, workers=workers, reanalyze_workers=reanalyze_workers, address=address, gpus=gpus,
             device=device, num_envs=num_envs, checkpoint_interval=checkpoint_interval,
-            replay_checkpoint=replay_checkpoint, threads=threads, progress=not quiet, trust_task=trust_task)
-        request = TrainingRequest.prepare(task, options)
+            replay_checkpoint=replay_checkpoint, threads=threads, progress=not quiet, log_every=log_every,
+            seeds=seeds, seeds_at_once=seeds_at_once, wandb=wandb, video=video,
+            trust_task=trust_task)
+        if grouped:
+            request = GroupRequest.prepare(task, options, TrainingRequest)
+        else:
+            request = TrainingRequest.prepare(task, options)
+    if grouped:
+        _train_group(request)
+    else:
+        _train_run(request)
+
+
+def _train_group(group) -> None:
+    try:
+        with _user_errors():
+            group.run(click.echo)
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted; every seed stopped with its checkpoint, and "
+                   f"`ez-robot train --resume {shlex.quote(str(group.dir))}` resumes the group", err=True)
+        raise SystemExit(130) from None
+
+
+def _train_run(request) -> None:
+    from ez_robot.checkpoint import checkpoint_path
+
     try:
         with _user_errors():
             request.run(click.echo)
@@ -189,7 +222,8 @@ def evaluate(run_dir, episodes, checkpoint, seed, video, device, threads, quiet,
               help="A tick log of `ez-robot run` to sum up instead: rate achieved, decision times, fallbacks "
                    "by reason, rate-limit clips, missed deadlines.")
 def report(run_dirs, out, results, peers, ticks):
-    """Learning curves and result tables for one or more runs (seeds, tasks, Atari games),
+    """Learning curves and result tables for one or more runs (seeds, tasks, Atari games;
+    a group directory stands for its seeds' runs),
     the results page of a results file (--results), or the summary of a tick log (--ticks)."""
     if ticks:
         from ez_robot.export.ticks import format_summary, summarize_ticks
@@ -211,9 +245,11 @@ def report(run_dirs, out, results, peers, ticks):
         else:
             from ez_robot.report import write_report
 
+            from ez_robot.groups import group_runs
+
             if not run_dirs:
                 raise click.UsageError("give one or more run directories, --results FILE or --ticks FILE")
-            path = write_report(run_dirs, out)
+            path = write_report(group_runs(run_dirs), out)
     click.echo(f"wrote {path} and its curves")
 
 

@@ -46,7 +46,7 @@ def train(config: Config, run_dir: Path | str, *, workers: int = 1, reanalyze_wo
           address: str | None = None, gpus: float | None = None, device: str = "auto", num_envs: int = 1,
           checkpoint_interval: int = 1000, eval_interval: int | None = None, eval_episodes: int | None = None,
           progress: bool = True, threads: int = 1, resume: dict | None = None, replay_checkpoint: bool = True,
-          max_restarts: int = 3, max_seconds: float | None = None) -> dict:
+          max_restarts: int = 3, max_seconds: float | None = None, sinks=()) -> dict:
     """Trains with ``workers`` self-play workers and ``reanalyze_workers`` reanalyze workers
     on Ray (an embedded local Ray unless ``address``); same arguments, run directory,
     checkpoints and summary as :func:`ez_robot.trainer.train`."""
@@ -70,7 +70,7 @@ def train(config: Config, run_dir: Path | str, *, workers: int = 1, reanalyze_wo
                 placement.warn_if_short(workers, reanalyze_workers)
             pipeline = _Pipeline(config, Path(run_dir), workers=workers, reanalyze_workers=reanalyze_workers,
                                  placement=placement, num_envs=num_envs, threads=threads, resume=resume,
-                                 replay_checkpoint=replay_checkpoint, max_restarts=max_restarts)
+                                 replay_checkpoint=replay_checkpoint, max_restarts=max_restarts, sinks=sinks)
             return pipeline.run(checkpoint_interval, eval_interval, eval_episodes, progress, max_seconds)
     finally:
         if started:
@@ -81,7 +81,7 @@ class _Pipeline:
     """The actors of one run, and the driver's loop over them."""
 
     def __init__(self, config: Config, run_dir: Path, *, workers, reanalyze_workers, placement: Placement, num_envs,
-                 threads, resume, replay_checkpoint, max_restarts):
+                 threads, resume, replay_checkpoint, max_restarts, sinks=()):
         self.config, self.run_dir, self.threads, self.max_restarts = config, run_dir, threads, max_restarts
         self.placement = placement
         self.spec = env_spec(config)
@@ -90,7 +90,7 @@ class _Pipeline:
         self.resumed = resume is not None
         self.restarts = resume.get("restarts", 0) if resume else 0
         self.seconds: dict[str, float] = defaultdict(float)
-        self.files = RunFiles(run_dir, config, resume_from=resume)
+        self.files = RunFiles(run_dir, config, resume_from=resume, sinks=sinks)
         self._start_actors(resume, workers, reanalyze_workers, num_envs, replay_checkpoint)
 
     def _start_actors(self, resume, workers, reanalyze_workers, num_envs, replay_checkpoint):

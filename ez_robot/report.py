@@ -46,6 +46,7 @@ class RunRecord:
     final: float | None = None
     final_source: str = ""
     final_success: float | None = None                # success rate, for envs reporting is_success
+    final_episodes: int | None = None                 # evaluation episodes behind the final score
     config: dict = field(default_factory=dict)         # config.yaml with dotted keys
 
     @property
@@ -123,6 +124,7 @@ def read_run(run_dir: str | Path) -> RunRecord:
             mean = float(result["mean"])
             success = None if result.get("success_rate") is None else float(result["success_rate"])
             overrides, steps = result.get("search_overrides") or [], result.get("train_steps")
+            episodes = result.get("episodes")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             raise RunError(f"{eval_json} is not a readable evaluation result") from None
         last_eval_steps = record.evals[-1].get("train_steps") if record.evals else None
@@ -132,12 +134,14 @@ def read_run(run_dir: str | Path) -> RunRecord:
             skipped = f"eval.json skipped: of {steps} training steps, the run trained on"
         else:
             record.final, record.final_source, record.final_success = mean, "eval.json", success
+            record.final_episodes = int(episodes) if isinstance(episodes, int) else None
             return record
     if record.evals:
         record.final = float(record.evals[-1]["mean"])
         record.final_source = "last training eval" + (f" ({skipped})" if skipped else "")
         success = record.evals[-1].get("success_rate")
         record.final_success = None if success is None else float(success)
+        record.final_episodes = len(record.evals[-1].get("returns") or []) or None
     return record
 
 
@@ -401,7 +405,8 @@ def write_report(run_dirs, out_dir: str | Path) -> Path:
         _plot_returns(title, members, out / f"{slug}-return.png")
         _plot_losses(title, members, out / f"{slug}-losses.png")
         lines = [f"## {title}", "", f"![return]({slug}-return.png)", "",
-                 "| seed | env frames | final score | source | best training eval |", "|---|---|---|---|---|"]
+                 "| seed | env frames | final score | episodes | source | best training eval |",
+                 "|---|---|---|---|---|---|"]
         finals = []
         for run in members:
             frames = run.evals[-1]["env_frames"] if run.evals else "-"
@@ -409,7 +414,8 @@ def write_report(run_dirs, out_dir: str | Path) -> Path:
             final = "-" if run.final is None else f"{run.final:.1f}"
             if run.final_success is not None:
                 final += f" ({run.final_success:.0%} success)"
-            lines.append(f"| {run.seed} | {frames} | {final} | {run.final_source or 'no evaluation'} | {best} |")
+            lines.append(f"| {run.seed} | {frames} | {final} | {run.final_episodes or '-'} "
+                         f"| {run.final_source or 'no evaluation'} | {best} |")
             if run.final is not None:
                 finals.append(run.final)
         score = "-"

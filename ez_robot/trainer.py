@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -24,10 +25,10 @@ from ez_robot.evaluation import evaluate
 from ez_robot.inference import make_inference
 from ez_robot.reanalyze import Sweeper, reanalyze, reanalyze_search_config
 from ez_robot.replay import ReplayBuffer
-from ez_robot.run_files import RunFiles, holds_run_dir
+from ez_robot.run_files import RunFiles, Sink, holds_run_dir
 from ez_robot.schedules import (TRAIN_LOG_INTERVAL, Counters, eval_interval_for, finished, next_eval_after,
                                 paced_train_steps, replay_shortfall, temperature_at, train_steps_due)
-from ez_robot.progress import TrainingProgress, interrupt_on_sigterm
+from ez_robot.progress import ProgressDisplay, TrainingProgress, interrupt_on_sigterm
 
 __all__ = ["train", "check_resumable", "replay_moves_at"]
 
@@ -200,8 +201,8 @@ def check_resumable(config: Config, state: dict, run_dir: Path | str, replay_che
 @holds_run_dir
 def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs: int = 1,
           checkpoint_interval: int = 1000, eval_interval: int | None = None, eval_episodes: int | None = None,
-          progress: bool = True, threads: int = 1, resume: dict | None = None, replay_checkpoint: bool = True,
-          max_seconds: float | None = None) -> dict:
+          progress: bool | ProgressDisplay = True, threads: int = 1, resume: dict | None = None,
+          replay_checkpoint: bool = True, max_seconds: float | None = None, sinks: Sequence[Sink] = ()) -> dict:
     """Trains until the budget is spent and the learner has done its training steps;
     evaluates every ``eval_interval`` agent steps and at the end.  Returns a summary.
 
@@ -210,7 +211,10 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
     ``max_seconds`` stops the training process earlier (a job's time limit, a benchmark), with a
     checkpoint that resumes it and without the final evaluation.  Ctrl-C and SIGTERM stop
     it with a checkpoint too, and so does an env that keeps failing or returns a NaN
-    (:class:`ez_robot.errors.EnvironmentFailed`, logged as ``env_failed``)."""
+    (:class:`ez_robot.errors.EnvironmentFailed`, logged as ``env_failed``).  ``progress`` is
+    what it shows (True: a bar on a terminal, lines elsewhere;
+    :class:`ez_robot.progress.ProgressDisplay`); ``sinks`` hear of every record logged
+    (:class:`ez_robot.run_files.RunFiles`)."""
     set_threads(threads)
     torch.manual_seed(config.seed)
     if resume is not None:
@@ -218,7 +222,7 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
     replay_files = ReplayFiles(Path(run_dir) / "checkpoints" / "replay") if replay_checkpoint else None
     check_compile(config.train.compile, resolve_device(device))
     run = _Run(config, resolve_device(device), num_envs, resume=resume, replay_files=replay_files)
-    files = RunFiles(run_dir, config, resume_from=resume)
+    files = RunFiles(run_dir, config, resume_from=resume, sinks=sinks)
     c = run.counters
     if resume is not None:
         files.log("resume", c, trainer="single", budget=config.train.budget, replay_moves=len(run.replay))
