@@ -307,8 +307,9 @@ def export(run_dir, out, checkpoint, observations, threads, trust_task):
 @click.option("--ticks", "ticks_path", type=click.Path(dir_okay=False), default=None,
               help="The tick log (JSON lines; `ez-robot report --ticks FILE` sums it up); default "
                    "ticks-<time>.jsonl beside the bundle.")
+@_TRUST_TASK
 def run(bundle, task, episodes, rate, simulations, seed, video, fallback, stop_action, max_age_ms, max_change, low,
-        high, stop_after_fallbacks, ticks_path):
+        high, stop_after_fallbacks, ticks_path, trust_task):
     """Run an exported BUNDLE at a fixed control rate on onnxruntime (no torch), guarded (a
     fallback action for stale, missing or non-finite readings and late decisions; bounds and
     an optional rate limit; the stop action first on Ctrl-C or SIGTERM), and report the
