@@ -13,7 +13,7 @@ import pytest
 from ez_robot.config import load_config
 from ez_robot.errors import ConfigError
 from ez_robot.groups import parse_seeds
-from ez_robot.seed_launcher import plan_seeds
+from ez_robot.seed_launcher import Seed, plan_seeds, resources
 from ez_robot.trainer import train
 from tests.cli_runner import user_error
 from tests.test_resume import TINY, TINY_ARGS, assert_resumed_where_the_checkpoint_stopped, checkpoint_info, records
@@ -51,6 +51,18 @@ def test_the_plan_fills_the_cluster_and_says_why():
     assert plan_seeds(5, cpus=1.5, gpus=0, cluster_cpus=2, cluster_gpus=0).at_once == 1
     with pytest.raises(ConfigError, match="each seed needs 4 CPUs and the Ray cluster has 2"):
         plan_seeds(3, cpus=4, gpus=0, cluster_cpus=2, cluster_gpus=0)
+
+
+def test_single_process_seeds_share_the_gpus_their_cpus_let_run_at_once():
+    seed = Seed(0, "gym:CartPole-v1", None, 0, {"device": "auto", "threads": 1})
+    held, _ = resources(seed, cluster_cpus=16, cluster_gpus=1, sharing=4)
+    assert held == {"cpus": 1, "gpus": 0.25, "task_cpus": 1, "task_gpus": 0.25}
+    assert plan_seeds(4, cluster_cpus=16, cluster_gpus=1, **held).at_once == 4
+    assert resources(seed, cluster_cpus=2, cluster_gpus=1, sharing=4)[0]["gpus"] == 0.5  # 2 CPUs: 2 at once
+    assert resources(seed, cluster_cpus=16, cluster_gpus=8, sharing=4)[0]["gpus"] == 1.0  # one process, one GPU
+    on_cpu = Seed(0, "gym:CartPole-v1", None, 0, {"device": "cpu", "threads": 2})
+    assert resources(on_cpu, cluster_cpus=16, cluster_gpus=1, sharing=4)[0] == \
+        {"cpus": 2, "gpus": 0.0, "task_cpus": 2, "task_gpus": 0.0}
 
 
 @pytest.mark.parametrize("args,message", [
