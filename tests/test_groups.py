@@ -77,6 +77,16 @@ def test_group_mistakes_are_messages_before_anything_starts(args, message, tmp_p
     assert not (tmp_path / "group").exists()
 
 
+def test_the_python_api_takes_seeds_as_the_command_line_does(tmp_path):
+    import ez_robot
+
+    with pytest.raises(ConfigError, match="give --seed or --seeds, not both"):
+        ez_robot.train("gym:CartPole-v1", seeds=[0, 1], seed=2, run_dir=tmp_path / "group")
+    with pytest.raises(ConfigError, match="seeds must be integers >= 0"):
+        ez_robot.train("gym:CartPole-v1", seeds=[0, -1], run_dir=tmp_path / "group")
+    assert not (tmp_path / "group").exists()
+
+
 def test_a_group_resumes_with_its_own_seeds_and_task(tmp_path):
     group = tmp_path / "group"
     group.mkdir()
@@ -114,6 +124,15 @@ def test_seeds_train_at_once_each_as_it_would_alone_and_end_with_the_group_repor
     alone = tmp_path / "alone"
     train(load_config("gym:CartPole-v1", budget="120", seed=1, overrides=TINY), alone, device="cpu", progress=False)
     assert without_time(group / "seed-1") == without_time(alone)
+
+    from click.testing import CliRunner
+
+    from ez_robot.cli import main
+
+    report = CliRunner().invoke(main, ["report", str(group), "-o", str(tmp_path / "report")])
+    assert report.exit_code == 0, report.output  # a group directory stands for its seeds' runs
+    table = (tmp_path / "report" / "report.md").read_text()
+    assert "| 0 | 120 |" in table and "| 1 | 120 |" in table
 
     again = ez("train", "--resume", group, timeout=120)  # finished seeds are left as they are
     assert again.returncode == 0, again.stderr
