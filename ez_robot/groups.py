@@ -231,13 +231,15 @@ class GroupRequest:
         cluster_cpus = ray.cluster_resources().get("CPU", 0.0)
         cluster_gpus = ray.cluster_resources().get("GPU", 0.0)
         todo, held = [], []
+        at_most = self.manifest["options"].get("seeds_at_once")
+        sharing = min(len(self.todo), at_most or len(self.todo))
         for seed in self.todo:
-            held_here, explicit = resources(seed, cluster_gpus)
+            held_here, explicit = resources(seed, cluster_cpus, cluster_gpus, sharing)
             todo.append(dataclasses.replace(seed, options=dataclasses.replace(seed.options, **explicit)))
             held.append(held_here)
         most = {key: max(h[key] for h in held) for key in held[0]}  # what the largest seed holds
         plan = plan_seeds(len(todo), cluster_cpus=cluster_cpus, cluster_gpus=cluster_gpus,
-                          at_most=self.manifest["options"].get("seeds_at_once"), **most)
+                          at_most=at_most, **most)
         address = self.options.address
         where = "the embedded local Ray" if address is None else f"the Ray cluster at {address}"
         cluster = f"{where} ({cluster_cpus:g} CPUs" + (f", {cluster_gpus:g} GPUs)" if cluster_gpus else ")")

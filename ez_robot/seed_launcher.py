@@ -56,16 +56,22 @@ def plan_seeds(seeds: int, *, cpus: float, gpus: float, cluster_cpus: float, clu
     return SeedPlan(at_once, cpus, gpus, task_cpus, task_gpus, why)
 
 
-def resources(seed: "Seed", cluster_gpus: float) -> tuple[dict, dict]:
+def resources(seed: "Seed", cluster_cpus: float, cluster_gpus: float, sharing: int) -> tuple[dict, dict]:
     """A seed's resources: (what its task and its actors hold in all, and what the task
-    itself holds), and the trainer options that make them explicit."""
+    itself holds), and the trainer options that make them explicit.  A single-process
+    seed that may use a GPU gets an equal share of the cluster's GPUs with the others its
+    CPUs let run at once (at most ``sharing``), and at most one GPU."""
     from ez_robot.device import resolve_device
     from ez_robot.ray_cluster import Placement, default_reanalyze_workers
 
     options = seed.trainer_options
     if seed.workers == 0:  # the task is the trainer
-        gpus = min(1.0, cluster_gpus) if options["device"] != "cpu" and cluster_gpus > 0 else 0.0
-        return {"cpus": options["threads"], "gpus": gpus, "task_cpus": options["threads"], "task_gpus": gpus}, {}
+        cpus = options["threads"]
+        gpus = 0.0
+        if options["device"] != "cpu" and cluster_gpus > 0:
+            at_once = max(1, min(sharing, math.floor(cluster_cpus / cpus + 1e-9)))
+            gpus = min(1.0, cluster_gpus / at_once)
+        return {"cpus": cpus, "gpus": gpus, "task_cpus": cpus, "task_gpus": gpus}, {}
     reanalyze = options.get("reanalyze_workers")
     reanalyze = default_reanalyze_workers() if reanalyze is None else reanalyze
     run_gpus = options.get("gpus")
@@ -104,8 +110,6 @@ def describe(plan: SeedPlan, seeds: list[int], workers: int, cluster: str, finis
         lines.append(f"finished already, left as they are: seed{'s' * (len(finished) != 1)} "
                      f"{', '.join(map(str, finished))}")
     return lines
-
-
 
 
 class _Lines:

@@ -13,7 +13,7 @@ import pytest
 from ez_robot.config import load_config
 from ez_robot.errors import ConfigError
 from ez_robot.groups import parse_seeds
-from ez_robot.seed_launcher import plan_seeds
+from ez_robot.seed_launcher import Seed, plan_seeds, resources
 from ez_robot.trainer import train
 from tests.cli_runner import user_error
 from tests.test_resume import TINY, TINY_ARGS, assert_resumed_where_the_checkpoint_stopped, checkpoint_info, records
@@ -53,6 +53,18 @@ def test_the_plan_fills_the_cluster_and_says_why():
         plan_seeds(3, cpus=4, gpus=0, cluster_cpus=2, cluster_gpus=0)
 
 
+def test_single_process_seeds_share_the_gpus_their_cpus_let_run_at_once():
+    seed = Seed(0, "gym:CartPole-v1", None, 0, {"device": "auto", "threads": 1})
+    held, _ = resources(seed, cluster_cpus=16, cluster_gpus=1, sharing=4)
+    assert held == {"cpus": 1, "gpus": 0.25, "task_cpus": 1, "task_gpus": 0.25}
+    assert plan_seeds(4, cluster_cpus=16, cluster_gpus=1, **held).at_once == 4
+    assert resources(seed, cluster_cpus=2, cluster_gpus=1, sharing=4)[0]["gpus"] == 0.5  # 2 CPUs: 2 at once
+    assert resources(seed, cluster_cpus=16, cluster_gpus=8, sharing=4)[0]["gpus"] == 1.0  # one process, one GPU
+    on_cpu = Seed(0, "gym:CartPole-v1", None, 0, {"device": "cpu", "threads": 2})
+    assert resources(on_cpu, cluster_cpus=16, cluster_gpus=1, sharing=4)[0] == \
+        {"cpus": 2, "gpus": 0.0, "task_cpus": 2, "task_gpus": 0.0}
+
+
 @pytest.mark.parametrize("args,message", [
     (["--seeds", "0-1", "--seed", "3"], "give --seed or --seeds, not both"),
     (["--seeds", "1-0"], "bad --seeds '1-0'"),
@@ -62,6 +74,16 @@ def test_the_plan_fills_the_cluster_and_says_why():
 def test_group_mistakes_are_messages_before_anything_starts(args, message, tmp_path):
     result = user_error("train", "--task", "gym:CartPole-v1", "--run-dir", tmp_path / "group", *args)
     assert message in result.output
+    assert not (tmp_path / "group").exists()
+
+
+def test_the_python_api_takes_seeds_as_the_command_line_does(tmp_path):
+    import ez_robot
+
+    with pytest.raises(ConfigError, match="give --seed or --seeds, not both"):
+        ez_robot.train("gym:CartPole-v1", seeds=[0, 1], seed=2, run_dir=tmp_path / "group")
+    with pytest.raises(ConfigError, match="seeds must be integers >= 0"):
+        ez_robot.train("gym:CartPole-v1", seeds=[0, -1], run_dir=tmp_path / "group")
     assert not (tmp_path / "group").exists()
 
 
@@ -102,6 +124,15 @@ def test_seeds_train_at_once_each_as_it_would_alone_and_end_with_the_group_repor
     alone = tmp_path / "alone"
     train(load_config("gym:CartPole-v1", budget="120", seed=1, overrides=TINY), alone, device="cpu", progress=False)
     assert without_time(group / "seed-1") == without_time(alone)
+
+    from click.testing import CliRunner
+
+    from ez_robot.cli import main
+
+    report = CliRunner().invoke(main, ["report", str(group), "-o", str(tmp_path / "report")])
+    assert report.exit_code == 0, report.output  # a group directory stands for its seeds' runs
+    table = (tmp_path / "report" / "report.md").read_text()
+    assert "| 0 | 120 |" in table and "| 1 | 120 |" in table
 
     again = ez("train", "--resume", group, timeout=120)  # finished seeds are left as they are
     assert again.returncode == 0, again.stderr
