@@ -13,8 +13,10 @@ Three modes (``ActionSpec.mode``):
   (pre-squash), as EfficientZero V2.
 
 The two sampled modes search K candidate actions per expanded node (Gumbel search,
-:mod:`ez_robot.mcts`): the caller draws them here, keeps the action vectors, and hands
-the tree their prior logits.  Actions are normalized vectors in [-1, 1]^D; the env side
+:mod:`ez_robot.mcts`): the caller draws them here (the root's with
+:func:`sample_candidates`, the other nodes' with :class:`InteriorCandidates`, whose
+arithmetic runs in ``ez_robot.ctree``), keeps the action vectors, and hands the tree
+their prior logits.  Actions are normalized vectors in [-1, 1]^D; the env side
 scales them to the robot's bounds.
 
 Prior over the candidates (Sampled MuZero, Hubert et al. 2021): with candidates drawn from

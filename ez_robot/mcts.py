@@ -270,9 +270,11 @@ def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchCon
                   spec: ActionSpec, *, deadline: float | None = None) -> SearchOutput:
     """Gumbel search over sampled candidates (EfficientZero V2; Danihelka et al. 2022).
 
-    Every expanded node gets K candidates drawn from its policy outputs
-    (:func:`ez_robot.action_modes.sample_candidates`; ``interior_candidates`` of them below
-    the root, the other child slots masked with a -inf logit); the tree keeps their indices
+    Every expanded node gets K candidates drawn from its policy outputs (the root's by
+    :func:`ez_robot.action_modes.sample_candidates`; below it ``interior_candidates`` of them,
+    the other child slots masked with a -inf logit, by
+    :class:`ez_robot.action_modes.InteriorCandidates`, the same draws from numbers drawn
+    ahead for many simulations at once); the tree keeps their indices
     as its children and this policy keeps the action vectors in a pool laid out like the
     hidden states (row ``node * B + b``).  With root noise on (training) the root draws
     Gumbel noise and acts on the candidate sequential halving keeps; without (evaluation)
