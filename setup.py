@@ -5,7 +5,7 @@ from setuptools import Extension, setup
 
 tree = Extension(
     "ez_robot.ctree._tree",
-    sources=["ctree/_tree.pyx", "ctree/tree.cpp"],
+    sources=["ctree/_tree.pyx", "ctree/tree.cpp", "ctree/candidates.cpp"],
     include_dirs=["ctree", numpy.get_include()],
     language="c++",
     extra_compile_args=["-std=c++17", "-O3"],

@@ -16,8 +16,13 @@ model's default:
 
 Per-decision latency p50 / p99 and decisions/s (batch / mean latency) at batch 1 and 16.
 The goals: at batch 1, the state models' decisions have p99 <= 10 ms (cartpole_swingup,
-and walker_walk for a 6-dimension task), and cartpole_swingup's stays within 2x of 50
-bare recurrent calls.
+and walker_walk for a 6-dimension task), cartpole_swingup's stays within 2x of 50 bare
+recurrent calls and walker_walk's (both sampled modes) within 1.5x of 32.
+
+``--clock cpu`` times with the calling thread's CPU time instead of the wall clock
+(onnxruntime's latency preset and torch with one thread compute on that thread): on a
+machine other jobs load, it leaves out the time the scheduler gives them, though not the
+caches they take.
 """
 import argparse
 import os
@@ -40,14 +45,17 @@ from ez_robot.torch_inference import TorchInference
 from ez_robot.networks import make_network
 
 
-def timings_ms(fn, seconds: float, min_calls: int = 5, max_calls: int = 2000) -> np.ndarray:
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def timings_ms(fn, seconds: float, min_calls: int = 5, max_calls: int = 2000, clock=time.perf_counter) -> np.ndarray:
     fn()  # warm up: first calls allocate and pick kernels
     fn()
     times, start = [], time.perf_counter()
     while (time.perf_counter() - start < seconds or len(times) < min_calls) and len(times) < max_calls:
-        t = time.perf_counter()
+        t = clock()
         fn()
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     return np.asarray(times) * 1000.0
 
 
@@ -66,10 +74,14 @@ def main():
     parser.add_argument("--seconds", type=float, default=3.0, help="timing budget per row (at least 5 decisions)")
     parser.add_argument("--simulations", type=int, default=None, help="default: each model's config")
     parser.add_argument("--state-only", action="store_true", help="skip the (slow) pixel model")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall time, or the calling thread's CPU time (for a loaded machine)")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    clock = CLOCKS[args.clock]
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; torch "
-          f"{torch.__version__} (1 thread), onnxruntime {ort.__version__} (latency preset, 1 thread), greedy")
+          f"{torch.__version__} (1 thread), onnxruntime {ort.__version__} (latency preset, 1 thread), greedy; "
+          f"{args.clock} clock")
     models = [("cartpole_swingup state MLP (joint, 5 actions)", "cartpole_swingup", "state", ()),
               ("walker_walk state MLP (gaussian, 6 dims)", "walker_walk", "state", ("env.action_mode=gaussian",)),
               ("walker_walk state MLP (factorized, 6 dims x 11)", "walker_walk", "state",
@@ -98,11 +110,12 @@ def main():
                 actions = data.uniform(-1, 1, (batch, spec.dims)).astype(np.float32) if spec.sampled else \
                     data.integers(0, spec.num_actions, batch)
                 reset = np.zeros(batch, np.float32)
-                recurrent = timings_ms(lambda: policy.networks.recurrent(hidden, h, h, actions, reset), args.seconds)
+                recurrent = timings_ms(lambda: policy.networks.recurrent(hidden, h, h, actions, reset), args.seconds,
+                                       clock=clock)
                 bare.append((label, batch, recurrent, simulations))
-                ort_ms = timings_ms(lambda: policy.search(observations), args.seconds)
+                ort_ms = timings_ms(lambda: policy.search(observations), args.seconds, clock=clock)
                 torch_ms = timings_ms(lambda: search(inference.root(observations), inference.recurrent_fn, greedy,
-                                                     rng, action_spec=spec), args.seconds)
+                                                     rng, action_spec=spec), args.seconds, clock=clock)
                 for backend, ms in [("onnxruntime", ort_ms), ("torch", torch_ms)]:
                     rows.append((label, batch, backend, ms, np.median(ms) / (simulations * np.median(recurrent)),
                                  simulations))
@@ -121,9 +134,10 @@ def main():
               f"{simulations * np.median(ms):.2f} |")
     for label, batch, backend, ms, ratio, simulations in rows:
         if batch == 1 and backend == "onnxruntime" and "state" in label:
-            p99 = np.percentile(ms, 99)
+            p99, goal = np.percentile(ms, 99), 2.0 if "joint" in label else 1.5
             print(f"goal ({label}, batch 1, {simulations} simulations): p99 {p99:.2f} ms "
-                  f"{'<=' if p99 <= 10 else '>'} 10 ms; p50 is {ratio:.2f}x of {simulations} bare recurrent calls")
+                  f"{'<=' if p99 <= 10 else '>'} 10 ms; p50 is {ratio:.2f}x of {simulations} bare recurrent calls "
+                  f"({'<=' if ratio <= goal else '>'} {goal}x)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from ez_robot import _search as search_module
+from ez_robot import mcts as search_module
 from ez_robot import RootOutput, SearchConfig, search
 from ez_robot.action_modes import ActionSpec
 

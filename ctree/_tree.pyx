@@ -7,6 +7,7 @@ input reach C++.  Use :func:`ez_robot.search` rather than driving it directly.
 """
 import numpy as np
 cimport numpy as cnp
+from libc.math cimport isfinite
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -52,6 +53,13 @@ cdef extern from "tree.h" namespace "ez":
         int node_child(int, int, int) const
         double node_prior(int, int, int) const
         double node_log_prior(int, int, int) const
+
+
+cdef extern from "candidates.h" namespace "ez":
+    void draw_gaussian "ez::gaussian_candidates"(const float*, int, int, const double*, int, double, float*, int)
+    void draw_factorized "ez::factorized_candidates"[T](const T*, int, int, int, double, const double*, int,
+                                                        const float*, float*, int)
+    void count_duplicates "ez::duplicate_counts"(const float*, int, int, int, int, int32_t*)
 
 
 cdef cnp.ndarray _checked(object x, str name, int rows, int cols):
@@ -127,19 +135,19 @@ cdef class Tree:
             raise ValueError(f"num_actions must be >= 1, got {num_actions}")
         if num_simulations < 0:
             raise ValueError(f"num_simulations must be >= 0, got {num_simulations}")
-        if not (c1 > 0 and np.isfinite(c1)):
+        if not (c1 > 0 and isfinite(c1)):
             raise ValueError(f"c1 must be a positive finite number, got {c1}")
-        if not (c2 > 0 and np.isfinite(c2)):
+        if not (c2 > 0 and isfinite(c2)):
             raise ValueError(f"c2 must be a positive finite number, got {c2}")
         if not (0.0 <= discount <= 1.0):
             raise ValueError(f"discount must be in [0, 1], got {discount}")
         if lstm_horizon < 1:
             raise ValueError(f"lstm_horizon must be >= 1, got {lstm_horizon}")
-        if not (min_max_epsilon > 0 and np.isfinite(min_max_epsilon)):
+        if not (min_max_epsilon > 0 and isfinite(min_max_epsilon)):
             raise ValueError(f"min_max_epsilon must be a positive finite number, got {min_max_epsilon}")
-        if not (c_visit >= 0 and np.isfinite(c_visit)):
+        if not (c_visit >= 0 and isfinite(c_visit)):
             raise ValueError(f"c_visit must be a non-negative finite number, got {c_visit}")
-        if not (c_scale > 0 and np.isfinite(c_scale)):
+        if not (c_scale > 0 and isfinite(c_scale)):
             raise ValueError(f"c_scale must be a positive finite number, got {c_scale}")
         if max_considered < 1:
             raise ValueError(f"max_considered must be >= 1, got {max_considered}")
@@ -192,10 +200,10 @@ cdef class Tree:
         reset_mask [B] bool)``: the row ``parent_node * B + b`` of the hidden state to step
         in a [nodes * B] pool, the action, and whether that parent is a value-prefix reset
         boundary (its LSTM state starts afresh)."""
-        cdef int B = self.batch_size
-        cdef cnp.ndarray parents = np.empty(B, dtype=np.int32)
-        cdef cnp.ndarray actions = np.empty(B, dtype=np.int32)
-        cdef cnp.ndarray reset = np.empty(B, dtype=np.bool_)
+        cdef cnp.npy_intp B = self.batch_size
+        cdef cnp.ndarray parents = cnp.PyArray_EMPTY(1, &B, cnp.NPY_INT32, 0)
+        cdef cnp.ndarray actions = cnp.PyArray_EMPTY(1, &B, cnp.NPY_INT32, 0)
+        cdef cnp.ndarray reset = cnp.PyArray_EMPTY(1, &B, cnp.NPY_BOOL, 0)
         _raise_if(self.arena.traverse(<int32_t*> cnp.PyArray_DATA(parents), <int32_t*> cnp.PyArray_DATA(actions),
                                       <uint8_t*> cnp.PyArray_DATA(reset)), RuntimeError)
         return parents, actions, reset
@@ -297,3 +305,123 @@ cdef class Tree:
             "prior": [self.arena.node_prior(tree, node, a) for a in range(self.num_actions)],
             "log_prior": [self.arena.node_log_prior(tree, node, a) for a in range(self.num_actions)],
         }
+
+
+# --- candidate actions below the root of a sampled search (candidates.h) ---
+
+cdef cnp.ndarray _array(object x, str name, int dtype, tuple shape, bint writable=False):
+    """x itself if it is a C-contiguous numpy array of ``dtype`` and ``shape``, else an error."""
+    if not isinstance(x, cnp.ndarray):
+        raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    cdef cnp.ndarray a = <cnp.ndarray> x
+    if cnp.PyArray_TYPE(a) != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(cnp.PyArray_DescrFromType(dtype))}, got {a.dtype}")
+    cdef int i, ndim = cnp.PyArray_NDIM(a)
+    cdef cnp.npy_intp* dims = cnp.PyArray_DIMS(a)
+    ok = ndim == len(shape)
+    for i in range(ndim if ok else 0):
+        ok = ok and dims[i] == <cnp.npy_intp> shape[i]
+    if not ok:
+        raise ValueError(f"{name} must have shape {shape}, got {x.shape}")
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        raise ValueError(f"{name} must be C-contiguous")
+    if writable and not cnp.PyArray_ISWRITEABLE(a):
+        raise ValueError(f"{name} must be writable")
+    return a
+
+
+def gaussian_candidates(params, noise, double bound, actions):
+    """Gaussian candidates of B nodes, written into ``actions`` [B, slots, D] float32 (its
+    first ``draws`` slots): clip(tanh(m + s z), -bound, bound) with m, s the pre-squash
+    mean and std of ``params`` [B, 2D] float32 and z = ``noise`` [B, draws, D] float64."""
+    cdef int B, draws, D, slots
+    B, draws, D, slots = _draws_shape(noise, "noise", actions)
+    if not bound > 0:
+        raise ValueError(f"bound must be > 0, got {bound}")
+    cdef cnp.ndarray p = _array(params, "params", cnp.NPY_FLOAT32, (B, 2 * D))
+    cdef cnp.ndarray z = _array(noise, "noise", cnp.NPY_FLOAT64, (B, draws, D))
+    cdef cnp.ndarray out = _array(actions, "actions", cnp.NPY_FLOAT32, (B, slots, D), True)
+    draw_gaussian(<const float*> cnp.PyArray_DATA(p), B, D, <const double*> cnp.PyArray_DATA(z), draws, bound,
+                  <float*> cnp.PyArray_DATA(out), slots)
+
+
+def factorized_candidates(params, uniforms, bin_values, actions, double temperature=1.0):
+    """Factorized candidates of B nodes: ``uniforms`` [B, draws, D] float64 in [0, 1) pick
+    each dimension's bin from the categoricals of ``params`` [B, D x bins] (float32 or
+    float64) at ``temperature`` (the inverse CDF); writes ``bin_values`` [bins] float32 of
+    the chosen bins into ``actions`` [B, slots, D] float32 (its first ``draws`` slots)."""
+    cdef int B, draws, D, slots
+    B, draws, D, slots = _draws_shape(uniforms, "uniforms", actions)
+    if not isinstance(bin_values, cnp.ndarray) or bin_values.ndim != 1 or len(bin_values) < 1:
+        raise ValueError("bin_values must be a non-empty 1-dimensional numpy array")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    cdef int bins = len(bin_values)
+    cdef cnp.ndarray u = _array(uniforms, "uniforms", cnp.NPY_FLOAT64, (B, draws, D))
+    cdef cnp.ndarray values = _array(bin_values, "bin_values", cnp.NPY_FLOAT32, (bins,))
+    cdef cnp.ndarray out = _array(actions, "actions", cnp.NPY_FLOAT32, (B, slots, D), True)
+    cdef cnp.ndarray p
+    if isinstance(params, cnp.ndarray) and cnp.PyArray_TYPE(<cnp.ndarray> params) == cnp.NPY_FLOAT64:
+        p = _array(params, "params", cnp.NPY_FLOAT64, (B, D * bins))
+        draw_factorized[double](<const double*> cnp.PyArray_DATA(p), B, D, bins, temperature,
+                                <const double*> cnp.PyArray_DATA(u), draws, <const float*> cnp.PyArray_DATA(values),
+                                <float*> cnp.PyArray_DATA(out), slots)
+    else:
+        p = _array(params, "params", cnp.NPY_FLOAT32, (B, D * bins))
+        draw_factorized[float](<const float*> cnp.PyArray_DATA(p), B, D, bins, temperature,
+                               <const double*> cnp.PyArray_DATA(u), draws, <const float*> cnp.PyArray_DATA(values),
+                               <float*> cnp.PyArray_DATA(out), slots)
+
+
+def duplicate_counts(actions, int draws, counts):
+    """Writes into ``counts`` [B, slots] int32 how many of the first ``draws`` candidates of
+    each row of ``actions`` [B, slots, D] float32 equal each candidate, at the first of
+    them; 0 at the later copies and past ``draws`` (merged duplicates)."""
+    if not isinstance(actions, cnp.ndarray) or actions.ndim != 3:
+        raise ValueError("actions must be a 3-dimensional numpy array [B, slots, D]")
+    cdef int B = actions.shape[0], slots = actions.shape[1], D = actions.shape[2]
+    if not 0 <= draws <= slots:
+        raise ValueError(f"draws must be in [0, {slots}], got {draws}")
+    cdef cnp.ndarray a = _array(actions, "actions", cnp.NPY_FLOAT32, (B, slots, D))
+    cdef cnp.ndarray out = _array(counts, "counts", cnp.NPY_INT32, (B, slots), True)
+    count_duplicates(<const float*> cnp.PyArray_DATA(a), B, slots, D, draws, <int32_t*> cnp.PyArray_DATA(out))
+
+
+cdef tuple _draws_shape(object numbers, str name, object actions):
+    """(B, draws, D, slots) of random numbers [B, draws, D] for actions [B, slots, D]."""
+    if not isinstance(numbers, cnp.ndarray) or numbers.ndim != 3:
+        raise ValueError(f"{name} must be a 3-dimensional numpy array [B, draws, D]")
+    if not isinstance(actions, cnp.ndarray) or actions.ndim != 3:
+        raise ValueError("actions must be a 3-dimensional numpy array [B, slots, D]")
+    B, draws, D = numbers.shape
+    slots = actions.shape[1]
+    if slots < draws:
+        raise ValueError(f"actions has {slots} slots per row for {draws} draws")
+    return B, draws, D, slots
+
+
+def child_rows(pool, parent_rows, children):
+    """``pool[parent_rows, children]``: [B, D] float32 rows of ``pool`` [rows, A, D] float32,
+    one per (parent row, child) pair of a :meth:`Tree.traverse` (the sampled search keeps
+    its candidates' action vectors so)."""
+    if not isinstance(pool, cnp.ndarray) or pool.ndim != 3:
+        raise ValueError("pool must be a 3-dimensional numpy array [rows, A, D]")
+    cdef cnp.npy_intp rows = pool.shape[0], A = pool.shape[1], D = pool.shape[2]
+    cdef cnp.ndarray p = _array(pool, "pool", cnp.NPY_FLOAT32, (rows, A, D))
+    cdef cnp.npy_intp B = len(parent_rows)
+    cdef cnp.ndarray r = _array(parent_rows, "parent_rows", cnp.NPY_INT32, (B,))
+    cdef cnp.ndarray c = _array(children, "children", cnp.NPY_INT32, (B,))
+    cdef cnp.npy_intp[2] shape = [B, D]
+    cdef cnp.ndarray out = cnp.PyArray_EMPTY(2, shape, cnp.NPY_FLOAT32, 0)
+    cdef const int32_t* row = <const int32_t*> cnp.PyArray_DATA(r)
+    cdef const int32_t* child = <const int32_t*> cnp.PyArray_DATA(c)
+    cdef const float* source = <const float*> cnp.PyArray_DATA(p)
+    cdef float* target = <float*> cnp.PyArray_DATA(out)
+    cdef cnp.npy_intp b, d
+    for b in range(B):
+        if not (0 <= row[b] < rows and 0 <= child[b] < A):
+            raise IndexError(f"(parent row, child) ({row[b]}, {child[b]}) outside the pool's [{rows}, {A}]")
+        for d in range(D):
+            target[b * D + d] = source[(row[b] * A + child[b]) * D + d]
+    return out
+

@@ -22,6 +22,7 @@ the graphs take and give what the manifest says.
 """
 from __future__ import annotations
 
+import numbers
 import os
 import time
 from dataclasses import dataclass
@@ -150,7 +151,7 @@ class Policy:
             self._search_config.replace(num_simulations=num_simulations)  # checked as the config checks it
         self.num_simulations = self._search_config.num_simulations if num_simulations is None else num_simulations
         """Simulations per decision (the trained config's by default)."""
-        self.deadline_ms = deadline_ms
+        self.deadline_ms = _checked_deadline_ms(deadline_ms)
         """Default time limit of a decision, or None for none."""
         self.last: Decision | None = None
         """The latest call's :class:`Decision` (simulations run, root values, timing)."""
@@ -250,7 +251,7 @@ class Policy:
                deadline_ms: float | None = None) -> Decision:
         """Searches B observations at once; ``deadline_ms`` counts from this call's start."""
         start = time.perf_counter()
-        deadline_ms = self.deadline_ms if deadline_ms is None else deadline_ms
+        deadline_ms = _checked_deadline_ms(self.deadline_ms if deadline_ms is None else deadline_ms)
         deadline = None if deadline_ms is None else start + deadline_ms / 1000.0
         out = self.search(observations, num_simulations=num_simulations, deadline=deadline)
         if self.action_spec.sampled:
@@ -304,6 +305,18 @@ class Policy:
                 rows = np.flatnonzero(~finite.reshape(len(observations), -1).all(axis=1))
                 raise ObservationError(f"observations contain NaN or infinite values (batch rows {rows.tolist()})")
         return observations
+
+
+def _checked_deadline_ms(deadline_ms):
+    """``deadline_ms`` as a float (inf: no limit) or None; NaN, a negative time or a
+    non-number is a :class:`ConfigError`: compared with the clock, NaN would never stop a
+    search and a negative time would stop it before it starts."""
+    if deadline_ms is None:
+        return None
+    if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, numbers.Real) or not deadline_ms >= 0:
+        raise ConfigError(f"deadline_ms must be a time in milliseconds >= 0 (0: no simulation, act on the "
+                          f"policy's prior; None: no limit), got {deadline_ms!r}")
+    return float(deadline_ms)
 
 
 # --- checking a bundle's graphs ----------------------------------------------------------

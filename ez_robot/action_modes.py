@@ -13,8 +13,10 @@ Three modes (``ActionSpec.mode``):
   (pre-squash), as EfficientZero V2.
 
 The two sampled modes search K candidate actions per expanded node (Gumbel search,
-:mod:`ez_robot.mcts`): the caller draws them here, keeps the action vectors, and hands
-the tree their prior logits.  Actions are normalized vectors in [-1, 1]^D; the env side
+:mod:`ez_robot.mcts`): the caller draws them here (the root's with
+:func:`sample_candidates`, the other nodes' with :class:`InteriorCandidates`, whose
+arithmetic runs in ``ez_robot.ctree``), keeps the action vectors, and hands the tree
+their prior logits.  Actions are normalized vectors in [-1, 1]^D; the env side
 scales them to the robot's bounds.
 
 Prior over the candidates (Sampled MuZero, Hubert et al. 2021): with candidates drawn from
@@ -33,14 +35,17 @@ never imports torch: the onboard runtime runs without it.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-__all__ = ["ActionSpec", "MODES", "sample_candidates", "log_prob", "mode_action", "gaussian_params",
-           "factorized_log_probs", "ArrayOps", "NUMPY", "bin_values", "MEAN_BOUND", "STD_MIN"]
+from ez_robot import ctree
+
+__all__ = ["ActionSpec", "MODES", "sample_candidates", "InteriorCandidates", "log_prob", "mode_action",
+           "gaussian_params", "factorized_log_probs", "ArrayOps", "NUMPY", "bin_values", "MEAN_BOUND", "STD_MIN"]
 
 MODES = ("joint", "factorized", "gaussian")
 MEAN_BOUND = 5.0   # pre-squash means are soft-clamped to +-5 (5 tanh(mu / 5))
@@ -109,6 +114,14 @@ class ActionSpec:
 def bin_values(bins: int) -> np.ndarray:
     """[bins] float32 evenly spaced values in [-1, 1], both ends included."""
     return np.linspace(-1.0, 1.0, bins).astype(np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _bin_table(bins: int, dtype=np.float32) -> np.ndarray:
+    """bin_values(bins) in ``dtype``, made once and read-only (the draws index it per node)."""
+    table = bin_values(bins).astype(dtype)
+    table.flags.writeable = False
+    return table
 
 
 # --- the policies' densities, written once for numpy and torch ------------------------------
@@ -200,62 +213,73 @@ def log_prob(spec: ActionSpec, params, actions, scale: float = 1.0, xp: ArrayOps
     raise ValueError("log_prob is for the sampled action modes")
 
 
-# --- drawing the candidates (numpy) -------------------------------------------------------
+# --- drawing the candidates at a root ------------------------------------------------------
 
 def mode_action(spec: ActionSpec, params: np.ndarray) -> np.ndarray:
     """The most likely action of each policy (per dimension): [B, D] float32."""
     if spec.mode == "factorized":
         logits = np.asarray(params, np.float64).reshape(len(params), spec.dims, spec.bins)
-        return bin_values(spec.bins)[logits.argmax(-1)]
+        return _bin_table(spec.bins)[logits.argmax(-1)]
     if spec.mode == "gaussian":
         mean, _ = gaussian_params(params, spec.dims)
         return np.tanh(mean).astype(np.float32)
     raise ValueError("mode_action is for the sampled action modes")
 
 
-def _draw(spec: ActionSpec, params: np.ndarray, count: int, scale: float, rng: np.random.Generator) -> np.ndarray:
-    """[B, count, D] float64 draws from the policy (scale 1) or its widened version."""
+def _draw(spec: ActionSpec, params: np.ndarray, count: int, scale: float, rng: np.random.Generator,
+          mean_std=None) -> np.ndarray:
+    """[B, count, D] float64 draws from the policy (scale 1) or its widened version;
+    ``mean_std``: the Gaussian's ``gaussian_params``, if computed already."""
     batch = len(params)
     if count == 0:
         return np.zeros((batch, 0, spec.dims))
-    if spec.mode == "factorized":
-        logp = factorized_log_probs(spec, params, temperature=scale)
-        cumulative = np.cumsum(np.exp(logp), axis=-1)  # [B, D, bins]
-        cumulative /= cumulative[..., -1:]
-        # inverse CDF for all B x D categoricals in one searchsorted: row r's CDF is
-        # shifted by 2r, so the rows sit one after another in one increasing array
-        rows = 2.0 * np.arange(batch * spec.dims).reshape(batch, 1, spec.dims)
-        u = rng.random((batch, count, spec.dims)) + rows
-        position = np.searchsorted((cumulative.reshape(batch * spec.dims, spec.bins)
-                                    + rows.reshape(-1, 1)).ravel(), u.ravel(), side="right")
-        index = position.reshape(batch, count, spec.dims) - (rows / 2).astype(np.int64) * spec.bins
-        return bin_values(spec.bins).astype(np.float64)[np.minimum(index, spec.bins - 1)]
-    mean, std = gaussian_params(params, spec.dims)
+    if spec.mode == "factorized":  # the inverse CDF of each dimension's categorical, in C++
+        actions = np.empty((batch, count, spec.dims), np.float32)
+        ctree.factorized_candidates(params, rng.random((batch, count, spec.dims)), _bin_table(spec.bins), actions,
+                                    scale)
+        return actions.astype(np.float64)
+    mean, std = gaussian_params(params, spec.dims) if mean_std is None else mean_std
     pre = mean[:, None] + scale * std[:, None] * rng.standard_normal((batch, count, spec.dims))
     return np.tanh(pre)
 
 
-def _proposal_log_prob(spec, params, actions, policy_share: float, scale: float) -> np.ndarray:
-    """log beta(a) of the mixture proposal: ``policy_share`` from pi, the rest widened."""
-    logp = log_prob(spec, params, actions)
+def _log_probs(spec: ActionSpec, params: np.ndarray, actions: np.ndarray, scales, mean_std=None) -> list:
+    """[log_prob(spec, params, actions, scale) for scale in scales] (numpy), computing what
+    the scales share once: the same operations on the same arrays, so the same values."""
+    if spec.mode == "factorized":
+        index = _bin_index(spec, actions)[..., None]  # [..., K, D, 1]
+        return [np.take_along_axis(factorized_log_probs(spec, params, scale)[..., None, :, :], index,
+                                   axis=-1)[..., 0].sum(-1) for scale in scales]
+    mean, std = gaussian_params(params, spec.dims) if mean_std is None else mean_std
+    mean, std = mean[..., None, :], std[..., None, :]
+    squashed = np.clip(np.asarray(actions, np.float64), -1 + _TANH_EPS, 1 - _TANH_EPS)
+    pre_squash, jacobian = np.arctanh(squashed), np.log(1 - squashed * squashed).sum(-1)
+    out = []
+    for scale in scales:
+        scaled = std if scale == 1.0 else scale * std
+        z = (pre_squash - mean) / scaled
+        out.append((-0.5 * z * z - np.log(scaled) - 0.5 * math.log(2 * math.pi)).sum(-1) - jacobian)
+    return out
+
+
+def _policy_and_proposal_log_probs(spec, params, actions, policy_share: float, scale: float, mean_std=None):
+    """(log pi(a), log beta(a)), beta the mixture proposal: ``policy_share`` from pi, the
+    rest widened."""
     if policy_share >= 1.0:
-        return logp
-    wide = log_prob(spec, params, actions, scale=scale)
+        logp, = _log_probs(spec, params, actions, (1.0,), mean_std)
+        return logp, logp
+    logp, wide = _log_probs(spec, params, actions, (1.0, scale), mean_std)
     if policy_share <= 0.0:
-        return wide
-    return np.logaddexp(math.log(policy_share) + logp, math.log(1.0 - policy_share) + wide)
+        return logp, wide
+    return logp, np.logaddexp(math.log(policy_share) + logp, math.log(1.0 - policy_share) + wide)
 
 
 def _merge_duplicates(actions: np.ndarray) -> np.ndarray:
     """[B, K] counts of each candidate's action among the row's candidates at its first
     occurrence, 0 at later copies."""
-    batch, count, dims = actions.shape
-    # exact row equality through a random projection: bin values repeat exactly
-    weights = np.random.default_rng(0x5EED).standard_normal(dims)
-    keys = actions @ weights  # [B, K]
-    equal = (keys[:, :, None] == keys[:, None, :])
-    first = ~np.tril(equal, k=-1).any(-1)  # no earlier copy
-    return np.where(first, equal.sum(-1), 0)
+    counts = np.empty(actions.shape[:2], np.int32)
+    ctree.duplicate_counts(np.ascontiguousarray(actions, np.float32), actions.shape[1], counts)
+    return counts
 
 
 def sample_candidates(spec: ActionSpec, params: np.ndarray, count: int, rng: np.random.Generator, *,
@@ -270,7 +294,9 @@ def sample_candidates(spec: ActionSpec, params: np.ndarray, count: int, rng: np.
     likely action (greedy evaluation).  ``bound`` < 1 clips Gaussian candidates to
     [-bound, bound] (EfficientZero V2: 0.999).  Returns (actions [B, K, D] float32, logits [B, K]
     float32): log(beta_hat / beta * pi) of each candidate (with ``correction``; else log
-    beta_hat), -inf at the later copies of a duplicate (factorized)."""
+    beta_hat), -inf at the later copies of a duplicate (factorized).  A search draws its
+    nodes below the root with :class:`InteriorCandidates` instead (the same candidates,
+    cheaper)."""
     if not spec.sampled:
         raise ValueError("sample_candidates is for the sampled action modes")
     params = np.asarray(params)
@@ -278,17 +304,103 @@ def sample_candidates(spec: ActionSpec, params: np.ndarray, count: int, rng: np.
         raise ValueError(f"policy parameters must have shape [B, {spec.policy_size}] for {spec.describe()}, "
                          f"got {params.shape}")
     own = count if not root or policy_samples is None else min(max(policy_samples, 0), count)
-    actions = np.concatenate([_draw(spec, params, own, 1.0, rng),
-                              _draw(spec, params, count - own, wide_scale, rng)], axis=1)
+    if spec.mode == "gaussian":  # computed once for the draws, the mode and the correction
+        mean_std, draw_params = gaussian_params(params, spec.dims), params
+    else:  # the C++ draws read float32 or float64
+        mean_std = None
+        draw_params = np.ascontiguousarray(params, params.dtype if params.dtype == np.float32 else np.float64)
+    actions = np.concatenate([_draw(spec, draw_params, own, 1.0, rng, mean_std),
+                              _draw(spec, draw_params, count - own, wide_scale, rng, mean_std)], axis=1)
     if include_mode:
-        actions[:, 0] = mode_action(spec, params)
+        actions[:, 0] = mode_action(spec, params) if mean_std is None else np.tanh(mean_std[0]).astype(np.float32)
     if spec.mode == "gaussian" and bound < 1.0:
         actions = np.clip(actions, -bound, bound)
     counts = _merge_duplicates(actions) if spec.mode == "factorized" else np.ones(actions.shape[:2], np.int64)
     with np.errstate(divide="ignore"):
         logits = np.log(counts / count)
     if correction and own < count:
-        logits = logits + log_prob(spec, params, actions) - _proposal_log_prob(
-            spec, params, actions, own / count, wide_scale)
+        logp, log_proposal = _policy_and_proposal_log_probs(spec, params, actions, own / count, wide_scale, mean_std)
+        logits = logits + logp - log_proposal
         logits = np.where(counts > 0, logits, -np.inf)
     return actions.astype(np.float32), logits.astype(np.float32)
+
+
+# --- below the root: one search's candidates, drawn ahead ------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _log_shares(draws: int) -> np.ndarray:
+    """[draws + 1] float32 log(c / draws), the prior of an action drawn c times of ``draws``
+    (below the root, where the proposal is the policy); -inf at c = 0."""
+    with np.errstate(divide="ignore"):
+        share = np.log(np.arange(draws + 1) / draws).astype(np.float32)
+    share.flags.writeable = False
+    return share
+
+
+class InteriorCandidates:
+    """The candidates of every node one search expands below its root (B nodes per
+    simulation, ``draws`` candidates each, in ``slots`` >= ``draws`` child slots).
+
+    What :func:`sample_candidates` does per node (``root=False``), cheaper: the random
+    numbers of many simulations come from one ``rng`` call, in the order per-node draws take
+    them, so ``rng`` yields the same numbers; ``ez_robot.ctree`` turns a node's numbers into
+    its candidates in one call (the same formulas in double; an action can differ from
+    numpy's only in a float32 rounding that the last bit of a double decides, a factorized
+    one only where a uniform draw lies within that bit of a bin edge).  :meth:`finish`
+    leaves ``rng`` where per-node draws would have: a deadline may stop the search before it
+    uses the numbers drawn for it.
+    """
+
+    BLOCK_NUMBERS = 1 << 16
+    """At most this many numbers per ``rng`` call (one simulation's at least)."""
+
+    def __init__(self, spec: ActionSpec, batch: int, draws: int, slots: int, rng: np.random.Generator,
+                 simulations: int, bound: float = 1.0):
+        if not spec.sampled:
+            raise ValueError("InteriorCandidates is for the sampled action modes")
+        if not 1 <= draws <= slots:
+            raise ValueError(f"draws must be in [1, slots = {slots}], got {draws}")
+        self.spec, self._rng, self._bound, self._simulations = spec, rng, float(bound), simulations
+        self._gaussian = spec.mode == "gaussian"
+        self._shape = (batch, draws, spec.dims)
+        self._draw = rng.standard_normal if spec.mode == "gaussian" else rng.random
+        self._block = max(1, min(simulations, self.BLOCK_NUMBERS // (batch * draws * spec.dims)))
+        self._numbers, self._first, self._drawn, self._state = None, 0, 0, None
+        share = _log_shares(draws)
+        self._logits = np.full((batch, slots), -np.inf, np.float32)
+        if spec.mode == "gaussian":  # every draw its own candidate: the prior is uniform
+            self._logits[:, :draws] = share[1]
+        else:
+            self._log_share, self._bin_values = share, _bin_table(spec.bins)
+            self._counts = np.empty((batch, slots), np.int32)
+
+    def __call__(self, simulation: int, params: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        """Writes the candidates of the nodes simulation ``simulation`` expanded (from their
+        policies ``params`` [B, P] float32) into ``actions`` [B, slots, D] float32; returns
+        their prior logits [B, slots] float32 (-inf in the slots past ``draws``), a buffer
+        the next call overwrites."""
+        if not self._first <= simulation < self._drawn:
+            self._draw_block(simulation)
+        numbers = self._numbers[simulation - self._first]
+        if self._gaussian:
+            ctree.gaussian_candidates(params, numbers, self._bound, actions)
+        else:
+            ctree.factorized_candidates(params, numbers, self._bin_values, actions)
+            ctree.duplicate_counts(actions, numbers.shape[1], self._counts)
+            self._log_share.take(self._counts, out=self._logits)
+        return self._logits
+
+    def finish(self, simulations: int) -> None:
+        """Rewinds ``rng`` to where drawing the numbers of ``simulations`` simulations leaves it."""
+        if simulations < self._drawn:
+            self._rng.bit_generator.state = self._state
+            self._draw((simulations - self._first,) + self._shape)
+            self._drawn = simulations
+
+    def _draw_block(self, simulation: int) -> None:
+        if simulation != self._drawn:
+            raise ValueError(f"simulation {simulation} draws out of order (next: {self._drawn})")
+        count = min(self._block, self._simulations - simulation)
+        self._state = self._rng.bit_generator.state
+        self._numbers = self._draw((count,) + self._shape)
+        self._first, self._drawn = simulation, simulation + count

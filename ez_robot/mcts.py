@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Tuple
 
 import numpy as np
 
-from ez_robot.ctree import Tree
-from ez_robot.action_modes import ActionSpec, sample_candidates
+from ez_robot.ctree import Tree, child_rows
+from ez_robot.action_modes import ActionSpec, InteriorCandidates, sample_candidates
 from ez_robot.checks import check, is_finite_number, is_int, one_of
 
 __all__ = ["SearchConfig", "RootOutput", "SearchOutput", "RecurrentFn", "search", "simulate", "puct_policy",
@@ -192,6 +193,8 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
                         f"{type(rng).__name__}")
     if not isinstance(config, SearchConfig):
         raise TypeError(f"search needs config, a SearchConfig, got {type(config).__name__}")
+    if deadline is not None and not (is_finite_number(deadline) or deadline == math.inf):
+        raise ValueError(f"deadline must be a time.perf_counter() value (or inf: none), got {deadline!r}")
     if action_spec is not None and action_spec.sampled:
         return gumbel_policy(root, recurrent_fn, config, rng, action_spec, deadline=deadline)
     return puct_policy(root, recurrent_fn, config, rng, deadline=deadline)
@@ -267,9 +270,11 @@ def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchCon
                   spec: ActionSpec, *, deadline: float | None = None) -> SearchOutput:
     """Gumbel search over sampled candidates (EfficientZero V2; Danihelka et al. 2022).
 
-    Every expanded node gets K candidates drawn from its policy outputs
-    (:func:`ez_robot.action_modes.sample_candidates`; ``interior_candidates`` of them below
-    the root, the other child slots masked with a -inf logit); the tree keeps their indices
+    Every expanded node gets K candidates drawn from its policy outputs (the root's by
+    :func:`ez_robot.action_modes.sample_candidates`; below it ``interior_candidates`` of them,
+    the other child slots masked with a -inf logit, by
+    :class:`ez_robot.action_modes.InteriorCandidates`, the same draws from numbers drawn
+    ahead for many simulations at once); the tree keeps their indices
     as its children and this policy keeps the action vectors in a pool laid out like the
     hidden states (row ``node * B + b``).  With root noise on (training) the root draws
     Gumbel noise and acts on the candidate sequential halving keeps; without (evaluation)
@@ -284,10 +289,10 @@ def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchCon
     if batch == 0:
         raise ValueError("search needs B >= 1 roots")
     greedy = not config.add_noise
-    sample = functools.partial(sample_candidates, spec, count=count, rng=rng, wide_scale=config.wide_scale,
-                               correction=config.proposal_correction, bound=config.candidate_bound)
-    candidates, logits = sample(params, root=True, policy_samples=config.root_policy_samples,
-                                include_mode=greedy)
+    candidates, logits = sample_candidates(spec, params, count, rng, root=True,
+                                           policy_samples=config.root_policy_samples, wide_scale=config.wide_scale,
+                                           correction=config.proposal_correction, include_mode=greedy,
+                                           bound=config.candidate_bound)
     gumbel = None if greedy else rng.gumbel(size=(batch, count)).astype(np.float32)
     tree = Tree(batch, count, config.num_simulations, c1=config.c1, c2=config.c2, discount=config.discount,
                 lstm_horizon=config.lstm_horizon, min_max_epsilon=config.min_max_epsilon, gumbel=True,
@@ -296,21 +301,23 @@ def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchCon
                logits, gumbel)
     action_pool = np.empty(((config.num_simulations + 1) * batch, count, spec.dims), np.float32)
     action_pool[:batch] = candidates
+    # below the root: `interior` candidates per node, the tree's other child slots masked
+    draw_interior = InteriorCandidates(spec, batch, interior, count, rng, config.num_simulations,
+                                       config.candidate_bound)
+
+    policy_shape = (batch, spec.policy_size)
 
     def expand(simulation: int, step_params) -> np.ndarray:
         step_params = _as_float32(step_params, "policy_logits")
-        if step_params.shape != (batch, spec.policy_size):
+        if step_params.shape != policy_shape:
             raise ValueError(f"recurrent_fn returned policy outputs of shape {step_params.shape}, expected "
-                             f"{(batch, spec.policy_size)}")
-        new_candidates, new_logits = sample(step_params, root=False, count=interior)
+                             f"{policy_shape}")
         start = (simulation + 1) * batch
-        action_pool[start:start + batch, :interior] = new_candidates
-        if interior < count:  # the tree's other child slots hold no candidate: masked
-            new_logits = np.concatenate([new_logits, np.full((batch, count - interior), -np.inf, np.float32)], axis=1)
-        return new_logits
+        return draw_interior(simulation, step_params, action_pool[start:start + batch])
 
     done = simulate(tree, root.hidden, recurrent_fn, config.num_simulations, batch, expand, deadline=deadline,
-                    child_actions=lambda rows, children: action_pool[rows, children])  # [B, D]
+                    child_actions=functools.partial(child_rows, action_pool))  # [B, D] action_pool[rows, children]
+    draw_interior.finish(done)
 
     chosen = tree.best_actions(gumbel=not greedy)
     max_depth, mean_depth = tree.depth_stats()
@@ -352,6 +359,8 @@ def _select(policy, visit_counts, temperature, rng):
 
 
 def _as_float32(x, name: str) -> np.ndarray:
+    if type(x) is np.ndarray and x.dtype == np.float32 and x.flags.c_contiguous:
+        return x  # the common case, checked cheaply: the search calls this three times a simulation
     if hasattr(x, "detach"):  # a torch tensor; torch itself is never imported here
         x = x.detach().cpu().numpy()
     try:
@@ -389,6 +398,17 @@ class _HiddenPool:
         self.put(0, root_hidden)
 
     def put(self, node: int, hidden) -> None:
+        leaves = hidden if self._is_tuple else (hidden,)
+        if isinstance(hidden, (tuple, list)) != self._is_tuple or len(leaves) != len(self._pools):
+            self._refuse(hidden)
+        start = node * self._batch
+        for pool, shape, leaf in zip(self._pools, self._shapes, leaves):
+            if getattr(leaf, "shape", None) != shape:
+                self._refuse(hidden)
+            pool[start:start + self._batch] = leaf
+
+    def _refuse(self, hidden) -> None:
+        """Raises the error that says how ``hidden`` differs from the root's hidden state."""
         if isinstance(hidden, (tuple, list)) != self._is_tuple:
             got = f"a {type(hidden).__name__} of {len(hidden)}" if isinstance(hidden, (tuple, list)) else \
                 f"one {type(hidden).__name__}"
@@ -398,14 +418,12 @@ class _HiddenPool:
         leaves = hidden if self._is_tuple else (hidden,)
         if len(leaves) != len(self._pools):
             raise ValueError(f"recurrent_fn returned {len(leaves)} hidden arrays, the root had {len(self._pools)}")
-        start = node * self._batch
-        for pool, shape, leaf in zip(self._pools, self._shapes, leaves):
+        for shape, leaf in zip(self._shapes, leaves):
             if not hasattr(leaf, "shape"):
                 raise ValueError(f"recurrent_fn returned a {type(leaf).__name__} in the hidden state; it must be "
                                  "numpy arrays or torch tensors with the batch on axis 0")
-            if leaf.shape != shape and tuple(leaf.shape) != shape:
+            if tuple(leaf.shape) != shape:
                 raise ValueError(f"recurrent_fn returned a hidden state of shape {tuple(leaf.shape)}, expected {shape}")
-            pool[start:start + self._batch] = leaf
 
     def gather(self, rows: np.ndarray):
         if self._torch:

@@ -19,6 +19,7 @@ import ez_robot
 from ez_robot import search
 from ez_robot.builders import EnvSpec
 from ez_robot.config import load_config, search_config
+from ez_robot.errors import ConfigError
 from ez_robot.envs import make_from_config
 from ez_robot.envs.wrappers import discrete_action_table
 from ez_robot.export import onnx_export, onnx_graphs
@@ -265,6 +266,21 @@ def test_a_deadline_returns_the_best_action_so_far_and_says_how_far_it_got(state
     np.testing.assert_array_equal(partial.search.visit_counts.sum(axis=1), [5] * 3)
     assert partial.indices.tolist() == partial.search.visit_counts.argmax(axis=1).tolist()
     assert partial.elapsed_ms == pytest.approx(35.0)
+
+
+def test_a_nan_or_negative_deadline_is_refused_not_ignored(state):
+    """Compared with the clock, a NaN deadline never stops the search (every simulation
+    ran) and a negative one stops it before it starts: both are mistakes, named."""
+    policy = Policy.load(state["bundle"])
+    obs = observations_for(state["net"], 1, seed=4)[0]
+    for bad in (float("nan"), -1.0, "5"):
+        with pytest.raises(ConfigError, match=r"deadline_ms must be a time in milliseconds >= 0 .*, got "):
+            policy.act(obs, deadline_ms=bad)
+    with pytest.raises(ConfigError, match=r"deadline_ms must be .* got nan"):
+        policy.decide(obs[None], deadline_ms=float("nan"))
+    with pytest.raises(ConfigError, match=r"deadline_ms must be .* got -5"):
+        Policy.load(state["bundle"], deadline_ms=-5)
+    assert policy.decide(obs[None], deadline_ms=float("inf")).simulations.tolist() == [12]  # no limit
 
 
 # --- errors ------------------------------------------------------------------------------
