@@ -222,10 +222,11 @@ class _Pipeline:
             if waiting:
                 self._raise_if_node_lost()
                 roles = sorted(waiting.values())
-                where = sorted({self.placement.names.get(self.placement.nodes.get(r), "?") for r in roles})
+                plan = ["data" if role == "replay" else role for role in roles]  # the replay holds no CPU
+                where = sorted({self.placement.names.get(self.placement.nodes.get(role), "any node") for role in plan})
                 _say(f"waiting for Ray to start {', '.join(roles)} on {', '.join(where)} "
-                     f"({self.placement.options(roles[0])['num_cpus']:g} CPU each): busy cores are slow to start "
-                     "them, and other jobs may hold what the plan found free")
+                     f"({max(self.placement.options(role)['num_cpus'] for role in plan):g} CPU each): busy cores are "
+                     "slow to start them, and other jobs may hold what the plan found free")
 
     def _raise_if_node_lost(self, seconds: float = 0.0) -> None:
         """:class:`_NodeLost` when a node of the plan has left the cluster, watching for

@@ -17,7 +17,10 @@ learner) placed on Ray actors, and the shared storage between them::
   a batch's context is far cheaper than shipping the segments it comes from.
 - Self-play and learning keep the single-process ratio: the learner trains up to
   ``train_steps_per_agent_step`` x the agent steps self-play has *played*, and self-play
-  runs at most ``lead`` decisions ahead of the learner.
+  runs at most ``lead`` decisions ahead of the learner.  With ``train.pacing=steps``
+  (:class:`ez_robot.ray_storage.StepsPacing`) they move in lockstep, the learner samples
+  each step's batch when self-play has stopped at its lead, and a batch waits for the
+  sweep of the current target network.
 - Workers find each other by name; a worker that Ray restarts pulls the latest weights.
 - The storage and the replay actor hold no network and live in :mod:`ez_robot.ray_storage`,
   which never imports torch; this module holds the workers with networks.
@@ -250,7 +253,8 @@ class LearnerWorker:
 
     def _from_replay(self) -> _Prepared | None:
         """Buffer reanalyze: a sample whose stored search results the replay filled in,
-        completed here (searching only what they lack); the next one is asked for ahead."""
+        completed here (searching only what they lack); with free pacing the next one is
+        asked for ahead."""
         version = self.learner.versions["target"]
         if self.steps:  # this step's sample, of the replay as it stands now, once the sweep is current
             swept = sweep_round(self.config, version, self.train_steps) \
