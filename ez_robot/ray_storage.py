@@ -10,6 +10,7 @@ for the same reason; the workers with networks convert them (:mod:`ez_robot.ray_
 """
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -21,9 +22,9 @@ from ez_robot.batch import Batch, sample_batch
 from ez_robot.checkpoint import ReplayFiles
 from ez_robot.config import Config
 from ez_robot.replay import ReplayBuffer
-from ez_robot.schedules import Counters
+from ez_robot.schedules import Counters, total_train_steps, train_steps_due
 
-__all__ = ["SharedStorage", "ReplayWorker", "actor_by_name"]
+__all__ = ["SharedStorage", "ReplayWorker", "StepsPacing", "actor_by_name"]
 
 CLAIM_SECONDS = 60.0  # a segment handed to a sweeping worker is not handed out again for this long
 
@@ -34,17 +35,56 @@ def actor_by_name(name: str):
     return ray.get_actor(name)
 
 
+# --- pacing -----------------------------------------------------------------------------
+
+class StepsPacing:
+    """``train.pacing=steps``: self-play and the learner in lockstep, ``lead`` agent steps
+    apart.  The learner may take training step t + 1 only once self-play has played
+    :meth:`ceiling` (t) agent steps, and self-play is granted no more than that while the
+    learner is at t.  So a training step always samples a replay that holds the same
+    decisions, and the decisions granted while the learner is at t are played with the
+    acting network and the temperature of step t, however fast either side runs (the
+    single-process trainer is this with no lead: it alternates)."""
+
+    def __init__(self, config: Config, lead: int):
+        self.config, self.lead = config, lead
+        self.budget, self.total = config.agent_steps_budget, total_train_steps(config)
+
+    def due(self, played: int, all_flushed: bool = True) -> int:
+        """Training steps the learner may have done once self-play played ``played`` agent
+        steps (all of them once the budget is played and every worker's unfinished
+        episodes are in replay)."""
+        if played >= self.budget and all_flushed:
+            return self.total
+        return max(0, train_steps_due(self.config, min(played, self.budget - 1) - self.lead))
+
+    def ceiling(self, train_steps: int) -> int:
+        """The agent steps self-play may have been granted while the learner is at
+        ``train_steps``: the fewest after which it may take its next step."""
+        ratio = self.config.train.train_steps_per_agent_step
+        played = self.lead + math.ceil((train_steps + 1) / ratio)
+        while played > 0 and self.due(played - 1) > train_steps:
+            played -= 1
+        while self.due(played) <= train_steps and played < self.budget:
+            played += 1
+        return played
+
+
 # --- shared storage ---------------------------------------------------------------------
 
 class SharedStorage:
     """Counters, the throttle between self-play and learning, the acting and target
     weights, worker starts, and the events the driver logs."""
 
-    def __init__(self, config: Config, counters: Counters, weights: dict, lead: int, restarts: int = 0):
+    def __init__(self, config: Config, counters: Counters, weights: dict, lead: int, restarts: int = 0,
+                 selfplay_workers: int = 1):
         self.config, self.counters, self.weights = config, counters, weights  # {kind: (version, numpy state)}
         self.budget = config.agent_steps_budget
         self.lead = lead  # agent steps self-play may run ahead of the learner's ratio
         self.replay_moves, self.stopping, self.restarts = 0, False, restarts
+        self.pacing = StepsPacing(config, lead) if config.train.pacing == "steps" else None
+        self.selfplay_workers = selfplay_workers
+        self.flushed: set[int] = set()  # steps pacing: self-play workers whose last moves are in replay
         self.starts: dict[str, int] = defaultdict(int)
         self.unreported: dict[int, int] = defaultdict(int)  # self-play worker -> agent steps granted, not reported
         self.events: list = []
@@ -60,8 +100,9 @@ class SharedStorage:
         of ``num_envs``)."""
         c, ratio = self.counters, self.config.train.train_steps_per_agent_step
         ceiling = self.budget
-        if self.replay_moves >= self.config.replay.min_replay_size:
-            ceiling = min(ceiling, int(c.train_steps / ratio) + self.lead)
+        if self.replay_moves >= self.config.replay.min_replay_size:  # the learner has started
+            ceiling = min(ceiling, self.pacing.ceiling(c.train_steps) if self.pacing
+                          else int(c.train_steps / ratio) + self.lead)
         granted = min(wanted, ceiling - c.agent_steps)
         granted = num_envs * -(-granted // num_envs) if granted > 0 and not self.stopping else 0
         c.agent_steps += granted
@@ -70,10 +111,17 @@ class SharedStorage:
         return {"granted": granted, "train_steps": c.train_steps, "acting_version": self.weights["acting"][0],
                 "selfplay_done": c.agent_steps >= self.budget, "stop": self.stopping}
 
-    def report(self, steps: int, episodes: list, env_errors: list[str], seconds: dict, *, worker: int) -> None:
+    def report(self, steps: int, episodes: list, env_errors: list[str], seconds: dict, *, worker: int,
+               moves: int = 0, flushed: bool = False) -> None:
         """What self-play worker ``worker`` played: ``steps`` agent steps, the episodes that
-        ended (``{"episode_return", "length"}`` each: plain data, which needs no torch)."""
+        ended (``{"episode_return", "length"}`` each: plain data, which needs no torch).
+        Steps pacing: the ``moves`` it stored in replay with them (already there), and
+        whether its unfinished episodes went there too (``flushed``: it is done)."""
         self.unreported[worker] -= steps
+        if self.pacing is not None:  # counted with the decisions, in their order
+            self.replay_moves += moves
+            if flushed:
+                self.flushed.add(worker)
         for episode in episodes:
             self.counters.add_episode(episode["episode_return"])
             self.events.append(("episode", self.counters.at(),
@@ -101,11 +149,19 @@ class SharedStorage:
         self.counters.train_steps = train_steps
 
     def set_replay_moves(self, moves: int) -> None:
+        """The replay's size as the replay actor sees it: at the start, then (free pacing)
+        after each segment it stores."""
         self.replay_moves = moves
 
     def progress(self) -> dict:
-        """Counters, and the agent steps self-play has played (what the learner may train on)."""
-        return {"counters": self.counters.at(), "played": self.played}
+        """Counters, the agent steps self-play has played, and the training steps the
+        learner may have done on them (``due``)."""
+        played = self.played
+        if self.pacing is None:
+            due = train_steps_due(self.config, played)
+        else:
+            due = self.pacing.due(played, all_flushed=len(self.flushed) >= self.selfplay_workers)
+        return {"counters": self.counters.at(), "played": played, "due": due}
 
     def saved_counters(self) -> Counters:
         """The counters a checkpoint keeps: decisions granted and not yet reported are left out
@@ -132,7 +188,8 @@ class SharedStorage:
     def drain(self) -> dict:
         events, self.events = self.events, []
         seconds, self.seconds = dict(self.seconds), defaultdict(float)
-        return {"counters": self.counters.at(), "events": events, "restarts": self.restarts, "seconds": seconds}
+        return {"counters": self.counters.at(), "events": events, "restarts": self.restarts, "seconds": seconds,
+                "saved": self.saved_counters()}
 
     def stop(self) -> None:
         self.stopping = True
@@ -159,15 +216,20 @@ class ReplayWorker:
         self.replay = self.files.load(config.replay, replay_state) if self.files and replay_state \
             else ReplayBuffer(config.replay)
         self.claims: dict[int, float] = {}  # segments a reanalyze worker is searching, since when
+        # steps pacing: self-play reports the moves it stored, in the order of its decisions
+        self.free_pacing = config.train.pacing == "free"
         ray.get(self.storage.set_replay_moves.remote(len(self.replay)))
 
     def add(self, segments: list) -> None:
         for segment in segments:
             self.replay.add(segment)
-        self.storage.set_replay_moves.remote(len(self.replay))
+        if self.free_pacing:
+            self.storage.set_replay_moves.remote(len(self.replay))
 
-    def sample(self, train_steps: int, target_version: int) -> _Sample | None:
-        if not self.replay.ready():
+    def sample(self, train_steps: int, target_version: int, swept: int | None = None) -> _Sample | None:
+        """A batch and its context, or None while the replay is still filling (or, with
+        ``swept``, until the sweep round ``swept`` is complete)."""
+        if not self.replay.ready() or (swept is not None and self.replay.swept_round < swept):
             return None
         ref, context = sample_batch(self.replay, self.config, train_steps, self.action, self.rng,
                                     target_version=target_version)

@@ -11,11 +11,16 @@ cluster (:mod:`ez_robot.ray_cluster`), and logs, evaluates and checkpoints while
   latest weights and goes on; restarts are logged, and the decisions a dead self-play
   worker was granted but never reported are granted again.  An env that raises is made
   again (:class:`ez_robot.envs.guard.RemakeOnError`), as in the single-process trainer.
+- Nodes: each actor is bound to a node of the plan (:class:`ez_robot.ray_cluster.Placement`).
+  A node that leaves the cluster stops the run's actors with a checkpoint (the storage,
+  the replay and, on CPUs, the learner live on the driver's node); the run goes on from
+  it on the nodes left, or stops saying what they lack and how to resume.
 """
 from __future__ import annotations
 
 import logging
 import shlex
+import sys
 import time
 import uuid
 from collections import defaultdict
@@ -28,7 +33,8 @@ from ez_robot.builders import env_spec, make_model
 from ez_robot.config import Config
 from ez_robot.device import check_compile, resolve_device, set_threads
 from ez_robot.errors import ConfigError, EnvironmentFailed, TrainingAborted
-from ez_robot.ray_cluster import Placement, default_reanalyze_workers, init_ray
+from ez_robot.checkpoint import checkpoint_path, read_checkpoint
+from ez_robot.ray_cluster import Placement, alive_nodes, cluster_nodes, default_reanalyze_workers, init_ray
 from ez_robot.ray_storage import ReplayWorker, SharedStorage
 from ez_robot.ray_workers import STEPS_PER_REQUEST, LearnerWorker, Reanalyzer, SelfPlayWorker, evaluate_weights, shippable
 from ez_robot.run_files import RunFiles, holds_run_dir
@@ -39,6 +45,23 @@ from ez_robot.trainer import check_resumable
 __all__ = ["train"]
 
 _log = logging.getLogger(__name__)
+
+NODE_LOSS_SECONDS = 45.0
+"""How long an actor's death waits for Ray to tell whether its node left the cluster (Ray
+finds a dead node by missed health checks: ~15-30 s with its defaults)."""
+STARTUP_NOTICE_SECONDS = 30.0
+
+
+def _say(line: str) -> None:
+    """A line about the cluster for the person watching (stderr, beside Ray's own)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+class _NodeLost(Exception):
+    """Nodes the run's actors were on left the cluster (handled inside this module)."""
+
+    def __init__(self, names: list[str]):
+        super().__init__(f"node {', '.join(names)} left the Ray cluster")
 
 
 @holds_run_dir
@@ -63,18 +86,63 @@ def train(config: Config, run_dir: Path | str, *, workers: int = 1, reanalyze_wo
     started = init_ray(address)
     try:  # SIGTERM interrupts as Ctrl-C does from here on, while the actors start too (tens of seconds)
         with interrupt_on_sigterm():
+            nodes = cluster_nodes()
             if reanalyze_workers is None:
-                reanalyze_workers = default_reanalyze_workers()
-            placement = Placement.plan(workers, reanalyze_workers, gpus, local=address is None)
-            if address is not None:  # a shared cluster may not have them free; an embedded Ray is sized to fit
-                placement.warn_if_short(workers, reanalyze_workers)
-            pipeline = _Pipeline(config, Path(run_dir), workers=workers, reanalyze_workers=reanalyze_workers,
-                                 placement=placement, num_envs=num_envs, threads=threads, resume=resume,
-                                 replay_checkpoint=replay_checkpoint, max_restarts=max_restarts, sinks=sinks)
-            return pipeline.run(checkpoint_interval, eval_interval, eval_episodes, progress, max_seconds)
+                reanalyze_workers = default_reanalyze_workers(nodes)
+            lost, deadline = None, None if max_seconds is None else time.time() + max_seconds
+            while True:  # once, and again on the nodes left after one leaves
+                try:
+                    placement = Placement.plan(nodes, workers, reanalyze_workers, gpus)
+                except TrainingAborted as error:
+                    if lost is None:
+                        raise
+                    raise TrainingAborted(f"{lost}; the run stopped at its checkpoint ({_at(resume)}), and {error}; "
+                                          f"then resume it: ez-robot train --resume {shlex.quote(str(run_dir))} --address ADDR") from None
+                if address is not None or len(nodes) > 1:
+                    for line in placement.describe():
+                        _say(f"placement: {line}")
+                try:
+                    pipeline = _Pipeline(config, Path(run_dir), workers=workers, reanalyze_workers=reanalyze_workers,
+                                         placement=placement, num_envs=num_envs, threads=threads, resume=resume,
+                                         replay_checkpoint=replay_checkpoint, max_restarts=max_restarts,
+                                         sinks=sinks)
+                    return pipeline.run(checkpoint_interval, eval_interval, eval_episodes, progress,
+                                        None if deadline is None else max(deadline - time.time(), 0.0))
+                except _NodeLost as error:
+                    lost = error
+                finally:  # Ray frees what the actors held a moment after they are killed
+                    nodes_after = None if started else _nodes_left(nodes)
+                resume = _checkpoint_after(lost, run_dir)
+                nodes = nodes_after or _nodes_left(nodes)
+                _say(f"{lost}; going on from the checkpoint at {_at(resume)} on the nodes left")
     finally:
         if started:
             ray.shutdown()
+
+
+def _at(state: dict) -> str:
+    c = state["counters"]
+    return f"{c['agent_steps']} agent steps, {c['train_steps']} training steps"
+
+
+def _checkpoint_after(lost: _NodeLost, run_dir) -> dict:
+    """The checkpoint the run wrote when it stopped (or its last periodic one, where the
+    learner was on the node that left)."""
+    if not checkpoint_path(run_dir).exists():
+        raise TrainingAborted(f"{lost} before the run's first checkpoint; start it again")
+    return read_checkpoint(run_dir)
+
+
+def _nodes_left(before: list, seconds: float = 30.0) -> list:
+    """The alive nodes and what they have free, once Ray has taken back what the stopped
+    actors held (at most ``seconds``): a run that follows in the same Ray finds them free."""
+    had = {node.node_id: node.cpus for node in before}
+    deadline = time.time() + seconds
+    while True:
+        nodes = cluster_nodes()
+        if all(node.cpus >= had.get(node.node_id, 0.0) - 1e-6 for node in nodes) or time.time() > deadline:
+            return nodes
+        time.sleep(0.5)
 
 
 class _Pipeline:
@@ -91,7 +159,12 @@ class _Pipeline:
         self.restarts = resume.get("restarts", 0) if resume else 0
         self.seconds: dict[str, float] = defaultdict(float)
         self.files = RunFiles(run_dir, config, resume_from=resume, sinks=sinks)
-        self._start_actors(resume, workers, reanalyze_workers, num_envs, replay_checkpoint)
+        try:
+            self._start_actors(resume, workers, reanalyze_workers, num_envs, replay_checkpoint)
+        except BaseException:  # a node left, an actor failed, Ctrl-C: none of them stays behind
+            self._end_actors()
+            self.files.close()
+            raise
 
     def _start_actors(self, resume, workers, reanalyze_workers, num_envs, replay_checkpoint):
         config, spec, p, c = self.config, self.spec, self.placement, self.counters
@@ -111,33 +184,65 @@ class _Pipeline:
         # self-play may be two requests per worker ahead of the learner: enough to overlap
         # with it, and few enough that it never takes CPU from the learner for long
         lead = 2 * workers * num_envs * STEPS_PER_REQUEST
-        self.storage = ray.remote(SharedStorage).options(name=names["storage"], num_cpus=0).remote(
-            config, c.at(), weights, lead, restarts=self.restarts)
-        self.replay = ray.remote(ReplayWorker).options(name=names["replay"], num_cpus=0).remote(
+        self.storage = ray.remote(SharedStorage).options(name=names["storage"], **p.options("data")).remote(
+            config, c.at(), weights, lead, restarts=self.restarts, selfplay_workers=workers)
+        self.replay = ray.remote(ReplayWorker).options(name=names["replay"], **p.options("data")).remote(
             config, names["storage"], spec.action, config.seed + 2 + c.train_steps,
             str(self.run_dir / "checkpoints" / "replay") if replay_checkpoint else None,
             resume.get("replay") if resume else None)
-        self._check_started(self.replay, "the replay worker")
+        self._wait_started({"replay": self.replay})
         self.reanalyzers = [
-            ray.remote(Reanalyzer).options(name=name, max_restarts=self.max_restarts, **p.compute()).remote(
+            ray.remote(Reanalyzer).options(name=name, max_restarts=self.max_restarts,
+                                           **p.options(f"reanalyze-{i}")).remote(
                 i, config, names, spec, p.device, self.threads, seed=config.seed + 100 + i + c.train_steps)
             for i, name in enumerate(names["reanalyzers"])]
-        self.learner = ray.remote(LearnerWorker).options(name=f"{run}-learner", **p.compute()).remote(
+        self.learner = ray.remote(LearnerWorker).options(name=f"{run}-learner", **p.options("learner")).remote(
             config, names, spec, p.device, self.threads, first, learner_state)
-        self._check_started(self.learner, "the learner")
-        self.selfplay = [ray.remote(SelfPlayWorker).options(name=f"{run}-selfplay-{i}",
-                                                            max_restarts=self.max_restarts, **p.selfplay()).remote(
+        self.selfplay = [ray.remote(SelfPlayWorker).options(name=f"{run}-selfplay-{i}", max_restarts=self.max_restarts,
+                                                            **p.options(f"selfplay-{i}")).remote(
             i, config, names, num_envs, spec, self.threads, c.agent_steps) for i in range(workers)]
+        self._wait_started({"learner": self.learner,
+                            **{f"reanalyze-{i}": actor for i, actor in enumerate(self.reanalyzers)},
+                            **{f"selfplay-{i}": actor for i, actor in enumerate(self.selfplay)}})
 
-    @staticmethod
-    def _check_started(actor, what: str) -> None:
-        """An actor whose constructor failed is one line, not a Ray traceback."""
-        try:
-            ray.get(actor.__ray_ready__.remote())
-        except ray.exceptions.RayActorError as error:
-            cause = getattr(error, "cause", None) or error
-            lines = [line for line in str(cause).splitlines() if "Error" in line]
-            raise TrainingAborted(f"{what} could not start: {lines[-1].strip() if lines else cause}") from None
+    def _wait_started(self, actors: dict) -> None:
+        """Waits for actors to start, saying so every half minute with what they wait for;
+        an actor whose constructor failed is one line, not a Ray traceback."""
+        waiting = {actor.__ray_ready__.remote(): role for role, actor in actors.items()}
+        while waiting:
+            ready, _ = ray.wait(list(waiting), num_returns=len(waiting), timeout=STARTUP_NOTICE_SECONDS)
+            for ref in ready:
+                role = waiting.pop(ref)
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError as error:
+                    self._raise_if_node_lost(NODE_LOSS_SECONDS)
+                    cause = getattr(error, "cause", None) or error
+                    lines = [line for line in str(cause).splitlines() if "Error" in line]
+                    raise TrainingAborted(f"{role} could not start: {lines[-1].strip() if lines else cause}") \
+                        from None
+            if waiting:
+                self._raise_if_node_lost()
+                roles = sorted(waiting.values())
+                plan = ["data" if role == "replay" else role for role in roles]  # the replay holds no CPU
+                where = sorted({self.placement.names.get(self.placement.nodes.get(role), "any node") for role in plan})
+                _say(f"waiting for Ray to start {', '.join(roles)} on {', '.join(where)} "
+                     f"({max(self.placement.options(role)['num_cpus'] for role in plan):g} CPU each): busy cores are "
+                     "slow to start them, and other jobs may hold what the plan found free")
+
+    def _raise_if_node_lost(self, seconds: float = 0.0) -> None:
+        """:class:`_NodeLost` when a node of the plan has left the cluster, watching for
+        ``seconds`` (an actor's death is seen before its node's)."""
+        used, deadline = self.placement.used_nodes(), time.time() + seconds
+        while len(used) > 1:
+            gone = used - alive_nodes()
+            if gone:
+                names = [self.placement.names.get(node, node) for node in sorted(gone)]
+                self.files.log("node_lost", self.counters, nodes=names)
+                raise _NodeLost(names)
+            if time.time() >= deadline:
+                return
+            time.sleep(1.0)
 
     def run(self, checkpoint_interval: int, eval_interval: int | None, eval_episodes: int | None,
             progress: bool, max_seconds: float | None) -> dict:
@@ -156,6 +261,7 @@ class _Pipeline:
         self.retries: dict[tuple, float] = {}  # loops of workers Ray is restarting: when to start them again
         self.chunk = self._next_chunk(checkpoint_interval)
         clock, diverged = TrainingProgress(c, self.config.agent_steps_budget, progress, max_seconds), False
+        nodes_checked = time.time()
         try:
             while self.busy() and clock.tick(c):
                 ray.wait([r for r in [self.chunk, *self.loops.values(), *self.evals] if r is not None],
@@ -164,11 +270,17 @@ class _Pipeline:
                 self._watch_loops()                   # --- dead or finished worker loops ---
                 self._log_events()                    # --- episodes, restarts, env failures ---
                 self._evaluations()                   # --- periodic evaluation, a remote task ---
+                if time.time() - nodes_checked > 1.0:  # --- nodes that left the cluster ---
+                    self._raise_if_node_lost()
+                    nodes_checked = time.time()
             if not self.busy():
                 last_eval = self._final_evaluation()
         except FloatingPointError as error:
             diverged = True  # keep the last good checkpoint: this state is not one
             self.files.log("diverged", c, error=str(error))
+            raise
+        except (TrainingAborted, ray.exceptions.RayError):  # a worker's death: was it its node's?
+            self._raise_if_node_lost(NODE_LOSS_SECONDS)
             raise
         finally:
             clock.close()
@@ -239,7 +351,9 @@ class _Pipeline:
                     raise EnvironmentFailed(f"{kind} worker {index}: {error.cause}") from None
                 raise  # a bug: keep Ray's traceback of it
 
-    def _log_events(self) -> None:
+    def _log_events(self) -> dict:
+        """Logs what the storage gathered; returns it (with the counters a checkpoint keeps,
+        taken with those events, so that a checkpoint's counters and log agree)."""
         news = ray.get(self.storage.drain.remote())
         c, now = self.counters, news["counters"]
         c.agent_steps, c.env_frames, c.episodes, c.recent_returns = \
@@ -249,6 +363,7 @@ class _Pipeline:
         self._add_seconds(news["seconds"])
         for kind, counters, values in news["events"]:
             self.files.log(kind, counters, **values)
+        return news
 
     def _evaluations(self) -> None:
         c = self.counters
@@ -299,7 +414,7 @@ class _Pipeline:
         """A checkpoint: the learner's state between two chunks, the counters, the replay."""
         start = time.perf_counter()
         learner = ray.get(self.learner.state_dict.remote())
-        counters = ray.get(self.storage.saved_counters.remote())
+        counters = self._log_events()["saved"]
         counters.train_steps = learner["train_steps"]
         # an evaluation still running is redone after a resume: the schedule restarts at it
         counters.next_eval = min([point for point, _ in self.evals.values()], default=self.counters.next_eval)
@@ -317,10 +432,15 @@ class _Pipeline:
             ray.get(self.storage.stop.remote())
             if save:
                 self._save()
-        except ray.exceptions.RayError as error:  # a dead learner: the last periodic checkpoint stands
+        except (ray.exceptions.RayError, TrainingAborted) as error:  # a dead learner: the last periodic one stands
             _log.warning("no checkpoint at exit (%s); %s keeps the last periodic one", str(error).splitlines()[0],
                          self.run_dir / "checkpoints")
         finally:
-            for actor in [*self.selfplay, *self.reanalyzers, self.learner, self.replay, self.storage]:
-                ray.kill(actor)
+            self._end_actors()
             self.files.close()
+
+    def _end_actors(self) -> None:
+        for name in ("selfplay", "reanalyzers", "learner", "replay", "storage"):
+            actors = getattr(self, name, [])
+            for actor in actors if isinstance(actors, list) else [actors]:
+                ray.kill(actor)

@@ -17,7 +17,10 @@ learner) placed on Ray actors, and the shared storage between them::
   a batch's context is far cheaper than shipping the segments it comes from.
 - Self-play and learning keep the single-process ratio: the learner trains up to
   ``train_steps_per_agent_step`` x the agent steps self-play has *played*, and self-play
-  runs at most ``lead`` decisions ahead of the learner.
+  runs at most ``lead`` decisions ahead of the learner.  With ``train.pacing=steps``
+  (:class:`ez_robot.ray_storage.StepsPacing`) they move in lockstep, the learner samples
+  each step's batch when self-play has stopped at its lead, and a batch waits for the
+  sweep of the current target network.
 - Workers find each other by name; a worker that Ray restarts pulls the latest weights.
 - The storage and the replay actor hold no network and live in :mod:`ez_robot.ray_storage`,
   which never imports torch; this module holds the workers with networks.
@@ -43,7 +46,7 @@ from ez_robot.evaluation import evaluate
 from ez_robot.inference import make_inference
 from ez_robot.reanalyze import Sweeper, reanalyze, reanalyze_search_config, search_segments, sweep_round
 from ez_robot.ray_storage import actor_by_name
-from ez_robot.schedules import TRAIN_LOG_INTERVAL, paced_train_steps, temperature_at, train_steps_due
+from ez_robot.schedules import TRAIN_LOG_INTERVAL, paced_train_steps, temperature_at
 from ez_robot.targets import Targets
 
 __all__ = ["Reanalyzer", "LearnerWorker", "SelfPlayWorker", "evaluate_weights", "STEPS_PER_REQUEST", "shippable"]
@@ -76,6 +79,7 @@ class _Prepared:
     segment_ids: np.ndarray
     positions: np.ndarray
     seconds: dict
+    target_version: int = -1  # of the network that reanalyzed it
 
 
 class Reanalyzer:
@@ -109,7 +113,8 @@ class Reanalyzer:
             targets = reanalyze(sample.context, self.inference, self.search_config, self.rng,
                                 policy_ratio=t.reanalyze_policy_ratio)
         context = replace(sample.context, bootstrap_observations=None)  # the learner needs none of them
-        return _Prepared(context, targets, sample.weights, sample.segment_ids, sample.positions, self.stopwatch.take())
+        return _Prepared(context, targets, sample.weights, sample.segment_ids, sample.positions, self.stopwatch.take(),
+                         self.target_version)
 
     def _load_target(self) -> None:
         self.target_version, weights = ray.get(self.storage.get_weights.remote("target"))
@@ -165,6 +170,8 @@ class LearnerWorker:
             0, config, names, spec, device, threads, seed=config.seed + 1, remote=False)
         self.pending: dict = {}  # request -> index of the reanalyze worker that prepares it
         self.due = 0
+        self.steps = config.train.pacing == "steps"
+        self.swept_at = self.train_steps  # the sweep's last turn (the single-process trainer's: after a step)
         if self.buffer:  # batches come straight from replay and are completed with our own target network
             self.rng, self.search_config = np.random.default_rng(config.seed + 1), reanalyze_search_config(config)
             self.target_inference = TimedInference(make_inference(self.learner.target_net, self.dev,
@@ -188,6 +195,8 @@ class LearnerWorker:
                 with self.stopwatch("learner.due_wait"):  # self-play is behind
                     time.sleep(0.02)
                 continue
+            if self.steps and self.swept_at < self.train_steps:  # the replay stands still now: sweep it
+                self._sweep()
             prepared = self._next_batch()
             if prepared is None:  # the replay is still filling
                 continue
@@ -196,12 +205,20 @@ class LearnerWorker:
             self.replay.update_priorities.remote(prepared.segment_ids, prepared.positions, priorities)
             self._publish()  # before the step count: a sweep that sees the count has the target of it
             self.storage.set_train_steps.remote(self.train_steps)
-            if self.buffer and self.sweeper is not None:
-                with self.stopwatch("reanalyze.sweep"):
-                    self.sweeper.step(_RemoteReplay(self.replay), self.learner.versions["target"], self.train_steps)
+            if not self.steps:
+                self._sweep()
             if self.train_steps % TRAIN_LOG_INTERVAL == 0:
                 records.append((self.train_steps, metrics))
         return {"train_steps": self.train_steps, "records": records, "seconds": self.stopwatch.take()}
+
+    def _sweep(self) -> None:
+        """Buffer reanalyze without reanalyze workers: this training step's share of the
+        sweep, here (free pacing: after the step, while self-play goes on; steps: before
+        the next one, once self-play has stopped at its lead and the replay stands still)."""
+        if self.buffer and self.sweeper is not None:
+            with self.stopwatch("reanalyze.sweep"):
+                self.sweeper.step(_RemoteReplay(self.replay), self.learner.versions["target"], self.train_steps)
+        self.swept_at = self.train_steps
 
     def _publish(self) -> None:
         """Acting and target weights the learner refreshed, to the storage (before the
@@ -214,10 +231,10 @@ class LearnerWorker:
                     self.target_inference.refresh()
 
     def _due(self) -> int:
-        """Training steps allowed now: the ratio to the agent steps self-play has played."""
+        """Training steps allowed now: the ratio to the agent steps self-play has played
+        (the storage's pacing)."""
         if self.train_steps >= self.due:
-            progress = ray.get(self.storage.progress.remote())
-            self.due = train_steps_due(self.config, progress["played"])
+            self.due = ray.get(self.storage.progress.remote())["due"]
         return self.due
 
     def _next_batch(self) -> _Prepared | None:
@@ -236,8 +253,17 @@ class LearnerWorker:
 
     def _from_replay(self) -> _Prepared | None:
         """Buffer reanalyze: a sample whose stored search results the replay filled in,
-        completed here (searching only what they lack); the next one is asked for ahead."""
+        completed here (searching only what they lack); with free pacing the next one is
+        asked for ahead."""
         version = self.learner.versions["target"]
+        if self.steps:  # this step's sample, of the replay as it stands now, once the sweep is current
+            swept = sweep_round(self.config, version, self.train_steps) \
+                if self.reanalyzers and self.config.reanalyze.staleness == 0 else None
+            with self.stopwatch("sample"):
+                sample = ray.get(self.replay.sample.remote(self.train_steps, version, swept))
+            if sample is None:
+                return None
+            return self._complete(sample)
         if self.sample_ahead is None or self.sample_ahead[1] != version:  # none, or judged by an older target
             self.sample_ahead = (self.replay.sample.remote(self.train_steps, version), version)
         with self.stopwatch("sample"):
@@ -245,6 +271,10 @@ class LearnerWorker:
         self.sample_ahead = (self.replay.sample.remote(self.train_steps + 1, version), version)
         if sample is None:
             return None
+        return self._complete(sample)
+
+    def _complete(self, sample) -> _Prepared:
+        """A buffer batch's targets: the stored searches, and ours for what they lack."""
         t = self.config.train
         with self.stopwatch("reanalyze"):
             targets = reanalyze(sample.context, self.target_inference, self.search_config, self.rng,
@@ -262,7 +292,10 @@ class LearnerWorker:
             ready, _ = ray.wait(list(self.pending), num_returns=1)
         del self.pending[ready[0]]
         try:
-            return ray.get(ready[0])
+            prepared = ray.get(ready[0])
+            if self.steps and prepared is not None and prepared.target_version != self.published["target"]:
+                return None  # reanalyzed by an older target network than this step's
+            return prepared
         except ray.exceptions.ActorDiedError as error:
             raise TrainingAborted(f"a reanalyze worker died and Ray could not restart it: "
                                   f"{str(error).splitlines()[0]}") from None
@@ -304,15 +337,19 @@ class SelfPlayWorker:
         generation = ray.get(self.storage.worker_started.remote("selfplay", index))
         self.config, self.num_envs = config, num_envs
         self.index, self.stopwatch, self.paced = index, Stopwatch(), paced_train_steps(config)
+        self.steps = config.train.pacing == "steps"
         seed = int(np.random.SeedSequence([config.seed, index, generation, start_steps]).generate_state(1)[0] >> 1)
         self.net = make_model(config, spec).eval()
         self.version = -1
         self.inference = TimedInference(make_inference(self.net, "cpu", config.train.inference), self.stopwatch,
                                         "selfplay.inference")
         self.actor = make_actor(config, spec, make_envs(config, seed, num_envs), self.inference, seed)
+        self.pending_add = None  # the last segments sent to the replay
 
     def run(self) -> int:
-        """Self-play until the budget is spent or the run stops; returns the decisions made."""
+        """Self-play until the budget is spent or the run stops; returns the decisions made.
+        Steps pacing: what a report counts is in replay before the report is sent, and the
+        grant that spends the budget sends the unfinished episodes with it."""
         decisions = 0
         while True:
             with self.stopwatch("selfplay.request"):
@@ -322,31 +359,46 @@ class SelfPlayWorker:
                 return decisions
             if grant["granted"] == 0:
                 if grant["selfplay_done"]:  # unfinished episodes go to replay too, before this returns
-                    ray.get(self.replay.add.remote(self.actor.flush()))
+                    moves = self._store(self.actor.flush(), wait=True)
+                    ray.get(self.storage.report.remote(0, [], [], {}, worker=self.index, moves=moves, flushed=True))
                     return decisions
                 with self.stopwatch("selfplay.throttle_wait"):  # the learner is behind: a step takes ~0.1-2 s
-                    time.sleep(0.1)
+                    time.sleep(0.02 if self.steps else 0.1)
                 continue
             if grant["acting_version"] != self.version:
                 self.version, weights = ray.get(self.storage.get_weights.remote("acting"))
                 self.net.load_state_dict(_loadable(weights))
                 self.inference.refresh()
             steps = grant["granted"] // self.num_envs
-            episodes, errors = self._play(steps, grant["train_steps"])
+            episodes, errors, moves = self._play(steps, grant["train_steps"])
+            flushed = self.steps and grant["selfplay_done"]
+            if flushed:
+                moves += self._store(self.actor.flush())
+            if self.steps and self.pending_add is not None:
+                ray.get(self.pending_add)  # the replay has them before the learner can count them
             decisions += steps
-            self.storage.report.remote(grant["granted"], episodes, errors, self.stopwatch.take(), worker=self.index)
+            self.storage.report.remote(grant["granted"], episodes, errors, self.stopwatch.take(), worker=self.index,
+                                       moves=moves, flushed=flushed)
 
-    def _play(self, decisions: int, train_steps: int) -> tuple[list, list[str]]:
-        episodes, errors = [], []
+    def _play(self, decisions: int, train_steps: int) -> tuple[list, list[str], int]:
+        """``decisions`` decisions; returns the episodes ended, env errors, moves stored."""
+        episodes, errors, moves = [], [], 0
         temperature = temperature_at(train_steps, self.paced)
         for _ in range(decisions):
             with self.stopwatch("selfplay"):
                 played = self.actor.step(train_steps, temperature)
-            if played.segments:
-                self.replay.add.remote(played.segments)
+            moves += self._store(played.segments)
             episodes += [{"episode_return": e.episode_return, "length": e.length} for e in played.episodes]
             errors += played.env_errors
-        return episodes, errors
+        return episodes, errors, moves
+
+    def _store(self, segments: list, wait: bool = False) -> int:
+        """Sends segments to the replay; returns their moves."""
+        if segments:
+            self.pending_add = self.replay.add.remote(segments)
+            if wait:
+                ray.get(self.pending_add)
+        return sum(segment.num_own for segment in segments)
 
     def pid(self) -> int:
         return os.getpid()

@@ -20,6 +20,7 @@ ENTROPIES = ("pre_squash", "squashed")
 VALUE_TARGETS = ("dynamic", "mixed")
 INFERENCE_BACKENDS = ("onnxruntime", "torch")
 COMPILE_MODES = ("none", "default", "reduce-overhead")
+PACINGS = ("free", "steps")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,16 @@ class TrainConfig:
     """Training steps between target-network refreshes."""
     eval_episodes: int = 32
     """Evaluation episodes."""
+    pacing: str = "free"
+    """The Ray trainer's timetable.  ``free``: self-play runs up to two requests of decisions
+    ahead of the learner's ratio, with the acting weights of the moment, and buffer
+    reanalyze's batches use the previous target network's results while the new one's sweep
+    runs, so how far each part got depends on how busy the machine is.  ``steps``: every
+    decision, weight refresh and reanalyze target is tied to a training step, whatever the
+    load: the learner takes a step only once self-play has played up to that lead, self-play
+    waits for the learner beyond it, and a batch waits for the sweep of the current target
+    network (the single-process trainer's timetable, shifted by the lead).  The
+    single-process trainer keeps its own, which is ``steps`` without a lead."""
 
     # --- optimizer ---
     optimizer: str = "sgd"
@@ -149,6 +160,7 @@ class TrainConfig:
             ("selfplay_update_interval", self.selfplay_update_interval >= 1, ">= 1"),
             ("target_update_interval", self.target_update_interval >= 1, ">= 1"),
             ("eval_episodes", self.eval_episodes >= 1, ">= 1"),
+            ("pacing", self.pacing in PACINGS, one_of(PACINGS)),
             ("optimizer", self.optimizer in OPTIMIZERS, one_of(OPTIMIZERS)),
             ("lr", self.lr > 0, "> 0"),
             ("lr_final", self.lr_final > 0, "> 0"),
