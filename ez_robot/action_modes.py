@@ -246,10 +246,10 @@ def _draw(spec: ActionSpec, params: np.ndarray, count: int, scale: float, rng: n
 def _log_probs(spec: ActionSpec, params: np.ndarray, actions: np.ndarray, scales, mean_std=None) -> list:
     """[log_prob(spec, params, actions, scale) for scale in scales] (numpy), computing what
     the scales share once: the same operations on the same arrays, so the same values."""
-    if spec.mode == "factorized":
-        index = _bin_index(spec, actions)[..., None]  # [..., K, D, 1]
-        return [np.take_along_axis(factorized_log_probs(spec, params, scale)[..., None, :, :], index,
-                                   axis=-1)[..., 0].sum(-1) for scale in scales]
+    if spec.mode == "factorized":  # [B, K, D] positions of the actions' bins in the flat [B, D, bins]
+        rows = np.arange(len(params) * spec.dims).reshape(len(params), 1, spec.dims)
+        index = rows * spec.bins + _bin_index(spec, actions)
+        return [factorized_log_probs(spec, params, scale).reshape(-1).take(index).sum(-1) for scale in scales]
     mean, std = gaussian_params(params, spec.dims) if mean_std is None else mean_std
     mean, std = mean[..., None, :], std[..., None, :]
     squashed = np.clip(np.asarray(actions, np.float64), -1 + _TANH_EPS, 1 - _TANH_EPS)
