@@ -42,7 +42,8 @@ from pathlib import Path
 
 import yaml
 
-from ez_robot.config import _all_keys, config_from_dict, config_to_dict, load_config, recipe_overrides
+from ez_robot.config import config_from_dict, config_to_dict, load_config, recipe_overrides
+from ez_robot.config.loading import _all_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results.csv"
