@@ -83,11 +83,12 @@ def test_an_env_that_fails_in_evaluation_is_played_again_and_recorded(tmp_path):
     assert [(r["agent_steps"], r["error"]) for r in records if r["kind"] == "env_failure"] == \
         [(3, "RuntimeError: the motor driver stopped answering")]
 
-    report = ez_robot.evaluate(run, episodes=3, seed=0)
+    report = ez_robot.evaluate(run, episodes=3, seed=0, trust_task=True)
     assert len(report["returns"]) == 3 and report["failed_episodes"] == 1
     assert report["env_errors"] == ["RuntimeError: the motor driver stopped answering"]
     assert json.loads((run / "eval.json").read_text())["failed_episodes"] == 1
-    result = CliRunner().invoke(main, ["eval", str(run), "--episodes", "2", "--quiet", "--out", str(tmp_path / "e.json")])
+    result = CliRunner().invoke(main, ["eval", str(run), "--episodes", "2", "--quiet", "--trust-task",
+                                         "--out", str(tmp_path / "e.json")])
     assert result.exit_code == 0 and "failed episodes played again: 1" in result.output, result.output
 
 
@@ -103,7 +104,8 @@ def test_an_env_that_fails_in_every_episode_stops_the_run_with_a_checkpoint_that
     assert [r["kind"] for r in records] == ["env_failure", "env_failed"]
     assert "failed 2 times in a row" in records[-1]["error"] and checkpoint_path(run).is_file()
 
-    train(None, None, "env.kwargs={fail_at: 1000}", resume=run)  # the env mended: the run goes on to its end
+    # the env mended: the run goes on to its end
+    train(None, None, "env.kwargs={fail_at: 1000}", resume=run, trust_task=True)
     records = strict_records(run / "metrics.jsonl")
     assert records[-1]["kind"] == "eval" and records[-1]["agent_steps"] == 60
 

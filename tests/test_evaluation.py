@@ -275,7 +275,7 @@ def test_report_gives_success_rates_of_envs_that_report_them(tmp_path, tiny_run)
     assert "| final score | success rate |" in header
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[5].startswith("5 [") and cells[6].startswith("75 [") and cells[6].endswith("%")
-    assert "| 0.0 (50% success) | eval.json |" in table and "| 10.0 (100% success) | eval.json |" in table
+    assert "| 0.0 (50% success) | - | eval.json |" in table and "| 10.0 (100% success) | - | eval.json |" in table
 
 
 def test_report_reads_a_missing_config_key_as_its_default(tmp_path, tiny_run):
