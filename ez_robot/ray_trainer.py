@@ -250,10 +250,13 @@ class _Pipeline:
         self.eval_interval = eval_interval_for(self.config, c, eval_interval)
         self.eval_episodes = eval_episodes or self.config.train.eval_episodes
         c.next_eval, self.evals, last_eval = next_eval_after(c, self.eval_interval), {}, {}
-        self.learner_steps = c.train_steps
+        self.learner_steps, self.chunk = c.train_steps, None
         if self.resumed:
             self.files.log("resume", c, trainer="ray", budget=self.config.train.budget,
                            replay_moves=ray.get(self.replay.size.remote()))
+            # the evaluation the checkpoint left unlogged starts before self-play does, on the
+            # checkpoint's weights at the checkpoint's steps, as the lost one would have been
+            self._evaluations()
         # the workers' loops: self-play until the budget is spent, the buffer sweep until the run stops
         self.loops = {("selfplay", i): w.run.remote() for i, w in enumerate(self.selfplay)}
         if self.config.reanalyze.mode == "buffer":
