@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Cython binding of the batched C++ MCTS arena (``tree.h``).
+"""Cython binding of the batched C++ MCTS arena (``tree.h``) and of the sampled search's
+candidate draws (``candidates.h``).
 
 This is the low-level layer: it checks every array it is given (type, dtype, shape,
 finiteness) and raises a Python exception with a clear message instead of letting bad
@@ -308,7 +309,7 @@ cdef class Tree:
         }
 
 
-# --- candidate actions below the root of a sampled search (candidates.h) ---
+# --- candidate actions of a sampled search (candidates.h), and their rows in its action pool ---
 
 cdef cnp.ndarray _array(object x, str name, int dtype, tuple shape, bint writable=False):
     """x itself if it is a C-contiguous numpy array of ``dtype`` and ``shape``, else an error."""
