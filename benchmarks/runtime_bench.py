@@ -12,7 +12,9 @@ model's default:
 - the runtime (``Policy.search``: observation checks, initial inference, search) on
   onnxruntime with the latency preset (1 thread);
 - the same search function driven by ``TorchInference`` (1 torch thread);
-- one bare recurrent onnxruntime call, which bounds what an N-simulation search costs.
+- one bare recurrent onnxruntime call, which bounds what an N-simulation search costs;
+- the runtime's decision with both network calls answered from outputs computed once: the
+  search's own cost.
 
 Per-decision latency p50 / p99 and decisions/s (batch / mean latency) at batch 1 and 16.
 The goals: at batch 1, the state models' decisions have p99 <= 10 ms (cartpole_swingup,
@@ -69,6 +71,19 @@ def bundle_for(task: str, obs: str, directory: Path, overrides=()):
     return net, config
 
 
+def search_overhead_ms(policy, observations, hidden, h, actions, reset, args, clock) -> np.ndarray:
+    """Decisions with both networks' calls answered from outputs computed once: the
+    search's own cost (checks, tree, candidate draws, glue) without the models."""
+    initial = policy.networks.initial(observations)
+    recurrent = policy.networks.recurrent(hidden, h, h, actions, reset)
+    policy.networks.initial = lambda *_: initial  # instance attributes shadow the methods
+    policy.networks.recurrent = lambda *_: recurrent
+    try:
+        return timings_ms(lambda: policy.search(observations), args.seconds, clock=clock)
+    finally:
+        del policy.networks.initial, policy.networks.recurrent
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0, help="timing budget per row (at least 5 decisions)")
@@ -112,8 +127,9 @@ def main():
                 reset = np.zeros(batch, np.float32)
                 recurrent = timings_ms(lambda: policy.networks.recurrent(hidden, h, h, actions, reset), args.seconds,
                                        clock=clock)
-                bare.append((label, batch, recurrent, simulations))
                 ort_ms = timings_ms(lambda: policy.search(observations), args.seconds, clock=clock)
+                bare.append((label, batch, recurrent, simulations, search_overhead_ms(policy, observations, hidden, h,
+                                                                                      actions, reset, args, clock)))
                 torch_ms = timings_ms(lambda: search(inference.root(observations), inference.recurrent_fn, greedy,
                                                      rng, action_spec=spec), args.seconds, clock=clock)
                 for backend, ms in [("onnxruntime", ort_ms), ("torch", torch_ms)]:
@@ -127,11 +143,11 @@ def main():
     for label, batch, backend, ms, ratio, simulations in rows:
         print(f"| {label} | {simulations} | {batch} | {backend} | {np.median(ms):.2f} | {np.percentile(ms, 99):.2f} | "
               f"{batch * 1000 / ms.mean():,.1f} | {ratio:.2f}x |")
-    print("\n| model | batch | bare recurrent ORT call p50 (ms) | p99 (ms) | x N (ms) |")
-    print("|---|---|---|---|---|")
-    for label, batch, ms, simulations in bare:
+    print("\n| model | batch | bare recurrent ORT call p50 (ms) | p99 (ms) | x N (ms) | decision, network stubbed, p50 (ms) |")
+    print("|---|---|---|---|---|---|")
+    for label, batch, ms, simulations, overhead in bare:
         print(f"| {label} | {batch} | {np.median(ms):.3f} | {np.percentile(ms, 99):.3f} | "
-              f"{simulations * np.median(ms):.2f} |")
+              f"{simulations * np.median(ms):.2f} | {np.median(overhead):.3f} |")
     for label, batch, backend, ms, ratio, simulations in rows:
         if batch == 1 and backend == "onnxruntime" and "state" in label:
             p99, goal = np.percentile(ms, 99), 2.0 if "joint" in label else 1.5

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Cython binding of the batched C++ MCTS arena (``tree.h``).
+"""Cython binding of the batched C++ MCTS arena (``tree.h``) and of the sampled search's
+candidate draws (``candidates.h``).
 
 This is the low-level layer: it checks every array it is given (type, dtype, shape,
 finiteness) and raises a Python exception with a clear message instead of letting bad
@@ -60,6 +61,7 @@ cdef extern from "candidates.h" namespace "ez":
     void draw_factorized "ez::factorized_candidates"[T](const T*, int, int, int, double, const double*, int,
                                                         const float*, float*, int)
     void count_duplicates "ez::duplicate_counts"(const float*, int, int, int, int, int32_t*)
+    void write_share_logits "ez::share_logits"(const float*, int, int, int, int, const float*, float*)
 
 
 cdef cnp.ndarray _checked(object x, str name, int rows, int cols):
@@ -307,7 +309,7 @@ cdef class Tree:
         }
 
 
-# --- candidate actions below the root of a sampled search (candidates.h) ---
+# --- candidate actions of a sampled search (candidates.h), and their rows in its action pool ---
 
 cdef cnp.ndarray _array(object x, str name, int dtype, tuple shape, bint writable=False):
     """x itself if it is a C-contiguous numpy array of ``dtype`` and ``shape``, else an error."""
@@ -345,11 +347,15 @@ def gaussian_candidates(params, noise, double bound, actions):
                   <float*> cnp.PyArray_DATA(out), slots)
 
 
-def factorized_candidates(params, uniforms, bin_values, actions, double temperature=1.0):
+def factorized_candidates(params, uniforms, bin_values, actions, double temperature=1.0, log_share=None,
+                          logits=None):
     """Factorized candidates of B nodes: ``uniforms`` [B, draws, D] float64 in [0, 1) pick
     each dimension's bin from the categoricals of ``params`` [B, D x bins] (float32 or
     float64) at ``temperature`` (the inverse CDF); writes ``bin_values`` [bins] float32 of
-    the chosen bins into ``actions`` [B, slots, D] float32 (its first ``draws`` slots)."""
+    the chosen bins into ``actions`` [B, slots, D] float32 (its first ``draws`` slots).
+    With ``log_share`` [draws + 1] float32 (log(c / draws)), also writes the tree's prior
+    into ``logits`` [B, slots] float32: ``log_share[c]`` at the first copy of an action drawn
+    c times, ``log_share[0]`` (-inf) at its later copies and past ``draws``."""
     cdef int B, draws, D, slots
     B, draws, D, slots = _draws_shape(uniforms, "uniforms", actions)
     if not isinstance(bin_values, cnp.ndarray) or bin_values.ndim != 1 or len(bin_values) < 1:
@@ -371,6 +377,12 @@ def factorized_candidates(params, uniforms, bin_values, actions, double temperat
         draw_factorized[float](<const float*> cnp.PyArray_DATA(p), B, D, bins, temperature,
                                <const double*> cnp.PyArray_DATA(u), draws, <const float*> cnp.PyArray_DATA(values),
                                <float*> cnp.PyArray_DATA(out), slots)
+    cdef cnp.ndarray share, out_logits
+    if log_share is not None:
+        share = _array(log_share, "log_share", cnp.NPY_FLOAT32, (draws + 1,))
+        out_logits = _array(logits, "logits", cnp.NPY_FLOAT32, (B, slots), True)
+        write_share_logits(<const float*> cnp.PyArray_DATA(out), B, slots, D, draws,
+                           <const float*> cnp.PyArray_DATA(share), <float*> cnp.PyArray_DATA(out_logits))
 
 
 def duplicate_counts(actions, int draws, counts):

@@ -88,4 +88,11 @@ void duplicate_counts(const float* actions, int batch, int slots, int dims, int 
     }
 }
 
+void share_logits(const float* actions, int batch, int slots, int dims, int draws, const float* log_share,
+                  float* logits) {
+    std::vector<int32_t> counts((size_t)batch * slots);
+    duplicate_counts(actions, batch, slots, dims, draws, counts.data());
+    for (size_t i = 0; i < counts.size(); ++i) logits[i] = log_share[counts[i]];
+}
+
 }  // namespace ez

@@ -34,4 +34,10 @@ void factorized_candidates(const T* params, int batch, int dims, int bins, doubl
 // D]) equal each candidate, at the first of them; 0 at the later copies and past `draws`.
 void duplicate_counts(const float* actions, int batch, int slots, int dims, int draws, int32_t* counts);
 
+// logits [B, slots]: log_share[c] for each candidate, c its duplicate_counts (the tree's prior
+// below the root: the share of the draws that chose the action, -inf at the later copies);
+// log_share has draws + 1 entries.
+void share_logits(const float* actions, int batch, int slots, int dims, int draws, const float* log_share,
+                  float* logits);
+
 }  // namespace ez

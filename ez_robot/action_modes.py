@@ -372,7 +372,6 @@ class InteriorCandidates:
             self._logits[:, :draws] = share[1]
         else:
             self._log_share, self._bin_values = share, _bin_table(spec.bins)
-            self._counts = np.empty((batch, slots), np.int32)
 
     def __call__(self, simulation: int, params: np.ndarray, actions: np.ndarray) -> np.ndarray:
         """Writes the candidates of the nodes simulation ``simulation`` expanded (from their
@@ -385,9 +384,7 @@ class InteriorCandidates:
         if self._gaussian:
             ctree.gaussian_candidates(params, numbers, self._bound, actions)
         else:
-            ctree.factorized_candidates(params, numbers, self._bin_values, actions)
-            ctree.duplicate_counts(actions, numbers.shape[1], self._counts)
-            self._log_share.take(self._counts, out=self._logits)
+            ctree.factorized_candidates(params, numbers, self._bin_values, actions, 1.0, self._log_share, self._logits)
         return self._logits
 
     def finish(self, simulations: int) -> None:
