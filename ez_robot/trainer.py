@@ -98,7 +98,7 @@ class _Run:
         paced = self.paced_train_steps
         stop = paced if c.train_steps < paced else c.train_steps + TRAIN_LOG_INTERVAL
         due = min(train_steps_due(self.config, c.agent_steps), stop)
-        while self.replay.ready() and c.train_steps < due and clock.time_left():
+        while self.replay.ready() and c.train_steps < due and clock.tick(c):  # a long catch-up shows progress
             metrics = self._train_step()
             c.train_steps += 1
             self._refresh_inference()

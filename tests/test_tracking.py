@@ -11,7 +11,7 @@ from pathlib import Path
 from ez_robot.progress import ProgressDisplay
 from ez_robot.schedules import Counters
 from tests.cli_runner import user_error
-from tests.test_resume import TINY_ARGS, records
+from tests.test_resume import TINY, TINY_ARGS, records
 
 
 def wandb_records(path: Path) -> list:
@@ -67,6 +67,22 @@ def test_progress_lines_say_steps_rates_the_latest_evaluation_and_eta(monkeypatc
         assert part in line, (part, line)
     display.tick(Counters(agent_steps=500))
     assert len(lines) == 2  # the next line waits its 30 s
+
+
+def test_progress_lines_go_on_while_the_learner_catches_up(tmp_path):
+    """The replay fills at 100 agent steps and the learner then owes 25 training steps at once:
+    the log shows them being taken, not a silence until self-play's next move (a long run's
+    catch-up or offline phase can take many minutes)."""
+    from ez_robot import trainer
+    from ez_robot.config import load_config
+
+    lines = []
+    config = load_config("gym:CartPole-v1", budget="120",
+                         overrides=[*TINY[1:], "replay.min_replay_size=100", "train.eval_episodes=1"])
+    trainer.train(config, tmp_path / "run", device="cpu", eval_interval=1000, checkpoint_interval=1000,
+                  progress=ProgressDisplay("lines", every=1e-9, write=lines.append))
+    shown = {int(line.split(" training steps")[0].rsplit(" ", 1)[1]) for line in lines if " train: " in line}
+    assert set(range(1, 25)) <= shown, sorted(shown)
 
 
 def test_a_piped_run_logs_progress_and_evaluation_lines_and_mirrors_to_wandb_offline(tmp_path):
