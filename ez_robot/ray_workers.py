@@ -138,7 +138,8 @@ class Reanalyzer:
                 time.sleep(0.1)
                 continue
             segment_id, segment = item
-            # steps pacing: a segment's search is the same whichever worker makes it, and when
+            # steps pacing: a segment's search is the same whichever worker makes it, whenever
+            # (its own stream: the seed, the segment and the sweep round, apart from self-play's)
             rng = np.random.default_rng([self.config.seed, segment_id, current + 2**32]) if self.steps else self.rng
             with self.stopwatch("reanalyze.sweep"):
                 (results,) = search_segments([segment], self.inference, self.search_config, rng,
