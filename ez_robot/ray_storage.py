@@ -228,8 +228,9 @@ class ReplayWorker:
 
     def sample(self, train_steps: int, target_version: int, swept: int | None = None) -> _Sample | None:
         """A batch and its context, or None while the replay is still filling (or, with
-        ``swept``, until the sweep round ``swept`` is complete)."""
-        if not self.replay.ready() or (swept is not None and self.replay.swept_round < swept):
+        ``swept``, until every stored segment has search results of sweep round ``swept``
+        or later, so that no position of the batch needs a search of its own)."""
+        if not self.replay.ready() or (swept is not None and self.replay.stalest(1, swept)):
             return None
         ref, context = sample_batch(self.replay, self.config, train_steps, self.action, self.rng,
                                     target_version=target_version)

@@ -93,6 +93,7 @@ class Reanalyzer:
             ray.get(self.storage.worker_started.remote("reanalyze", index))
         self.config, self.stopwatch = config, Stopwatch()
         self.rng = np.random.default_rng(seed)
+        self.steps = config.train.pacing == "steps"
         self.dev = resolve_device(device)
         self.search_config = reanalyze_search_config(config)
         self.net = make_model(config, spec).to(self.dev).eval()
@@ -137,8 +138,11 @@ class Reanalyzer:
                 time.sleep(0.1)
                 continue
             segment_id, segment = item
+            # steps pacing: a segment's search is the same whichever worker makes it, whenever
+            # (its own stream: the seed, the segment and the sweep round, apart from self-play's)
+            rng = np.random.default_rng([self.config.seed, segment_id, current + 2**32]) if self.steps else self.rng
             with self.stopwatch("reanalyze.sweep"):
-                (results,) = search_segments([segment], self.inference, self.search_config, self.rng,
+                (results,) = search_segments([segment], self.inference, self.search_config, rng,
                                              self.target_version, round=current)
             self.replay.store_search.remote(segment_id, results)
             searched += 1

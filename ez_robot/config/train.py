@@ -49,10 +49,11 @@ class TrainConfig:
     reanalyze's batches use the previous target network's results while the new one's sweep
     runs, so how far each part got depends on how busy the machine is.  ``steps``: every
     decision, weight refresh and reanalyze target is tied to a training step, whatever the
-    load: the learner takes a step only once self-play has played up to that lead, self-play
-    waits for the learner beyond it, and a batch waits for the sweep of the current target
-    network (the single-process trainer's timetable, shifted by the lead).  The
-    single-process trainer keeps its own, which is ``steps`` without a lead."""
+    load: the learner takes a step only once self-play has played those two requests past
+    its ratio, self-play waits for the learner beyond them, and a batch waits for the sweep of the current target
+    network (the single-process trainer's timetable, shifted by the lead); with one
+    self-play worker and buffer reanalyze a seed fixes the run.  The single-process
+    trainer keeps its own, which is ``steps`` without a lead."""
 
     # --- optimizer ---
     optimizer: str = "sgd"
