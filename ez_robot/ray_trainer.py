@@ -40,7 +40,7 @@ from ez_robot.ray_workers import STEPS_PER_REQUEST, LearnerWorker, Reanalyzer, S
 from ez_robot.run_files import RunFiles, holds_run_dir
 from ez_robot.schedules import Counters, eval_interval_for, next_eval_after, replay_shortfall, total_train_steps
 from ez_robot.progress import TrainingProgress, interrupt_on_sigterm
-from ez_robot.trainer import check_resumable
+from ez_robot.trainer import check_resumable, env_remedy
 
 __all__ = ["train"]
 
@@ -282,6 +282,10 @@ class _Pipeline:
             diverged = True  # keep the last good checkpoint: this state is not one
             self.files.log("diverged", c, error=str(error))
             raise
+        except EnvironmentFailed as error:  # the checkpoint written below resumes the run once the env is mended
+            self.files.log("env_failed", c, error=str(error))
+            raise type(error)(f"{error}; {env_remedy(error)}, then resume the run with its checkpoint: "
+                              f"ez-robot train --resume {shlex.quote(str(self.run_dir))}") from None
         except (TrainingAborted, ray.exceptions.RayError):  # a worker's death: was it its node's?
             self._raise_if_node_lost(NODE_LOSS_SECONDS)
             raise
@@ -393,7 +397,12 @@ class _Pipeline:
 
     def _log_eval(self, ref) -> dict:
         _, counters = self.evals.pop(ref)
-        result = ray.get(ref)
+        try:
+            result = ray.get(ref)
+        except ray.exceptions.RayTaskError as error:
+            if isinstance(error.cause, EnvironmentFailed):  # the user's env, not a bug: no traceback
+                raise type(error.cause)(f"evaluation: {error.cause}") from None
+            raise
         self.seconds["evaluation"] += result.pop("seconds")
         self.files.log("eval", counters, **result)
         return result

@@ -250,7 +250,7 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
         raise
     except EnvironmentFailed as error:  # the checkpoint written below resumes the run once the env is mended
         files.log("env_failed", c, error=str(error))
-        raise type(error)(f"{error}; {_env_remedy(error)}, then resume the run with its checkpoint: "
+        raise type(error)(f"{error}; {env_remedy(error)}, then resume the run with its checkpoint: "
                           f"ez-robot train --resume {shlex.quote(str(run_dir))}") from None
     finally:
         clock.close()
@@ -260,7 +260,8 @@ def train(config: Config, run_dir: Path | str, *, device: str = "auto", num_envs
     return clock.summary(c, last_eval, run.stopwatch.seconds, finished=run.done())
 
 
-def _env_remedy(error: EnvironmentFailed) -> str:
+def env_remedy(error: EnvironmentFailed) -> str:
+    """What the user can do about an env that stopped a run."""
     if isinstance(error, EnvValueError):
         return "mend the env"
     return "mend the env (or allow more failures: --set env.max_failures_in_a_row=N)"
