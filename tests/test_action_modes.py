@@ -310,12 +310,14 @@ TINY = ["replay.min_replay_size=60", "train.batch_size=8", "search.num_simulatio
         "model.projection_out=16", "model.support_size=10"]
 
 
-@pytest.mark.parametrize("mode,trainer,body", [("gaussian", "ray", "mlp"), ("factorized", "single", "residual")])
+@pytest.mark.parametrize("mode,trainer,body", [
+    ("gaussian", "single", "mlp"), ("factorized", "single", "residual"),
+    pytest.param("gaussian", "ray", "mlp", marks=pytest.mark.slow)])
 def test_a_six_joint_task_trains(tmp_path, mode, trainer, body):
     """walker_walk (6 dims) end to end: self-play, reanalyze, training, eval and the
-    checkpoint.  Each mode through one trainer (both pairs would double the suite's
-    longest test; the trainers share every component the mode touches), and each state
-    body in one of them."""
+    checkpoint, in each mode and each state body.  The Ray trainer's run is slow (a minute
+    on 2 cores, most of it its workers starting); a sampled mode through Ray is in the
+    default suite with the custom env (tests/test_custom_env.py)."""
     from ez_robot import ray_trainer, trainer as single_trainer
     from ez_robot.checkpoint import load_run
 
