@@ -29,16 +29,14 @@ def set_threads(threads: int) -> None:
 
     One is the default everywhere: the search runs the networks on small batches, where
     extra threads gain little, and when processes together ask for more threads than the
-    machine has cores, torch's OpenMP workers spin against each other.  Measured on the
-    2-core machine with a second busy process: a tiny run took 375 s with 2 threads and
-    7.7 s with 1.  Raise it for large learner batches on an otherwise idle machine.
+    machine has cores, torch's OpenMP workers spin against each other.  Raise it for large
+    learner batches on an otherwise idle machine.
 
-    Subnormal floats (below 1.2e-38) cost x86 CPUs a microcode assist per operation.  Weights
-    drift into that range during training: at 31k training steps a cheetah_run learner held
-    2,793 of them and took 601 ms per SGD step instead of 87 ms with them flushed
-    (2026-11-27); the run had slowed from ~400 to ~120 training steps/min.  Flushing (the
+    Subnormal floats (below 1.2e-38) cost x86 CPUs a microcode assist per operation, and
+    trained weights drift into that range, slowing each SGD step severalfold.  Flushing (the
     CPU's FTZ/DAZ modes, for this thread: torch's and onnxruntime's calls on it) changes
-    numbers only below 1.2e-38.
+    numbers only below 1.2e-38.  The figures behind both are in benchmarks/README.md
+    ("Threads and subnormal floats").
     """
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads must be a whole number >= 1, got {threads!r}")
