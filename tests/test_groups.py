@@ -106,7 +106,7 @@ def test_seeds_train_at_once_each_as_it_would_alone_and_end_with_the_group_repor
     figures; seed 1's log is the one `--seed 1` gives alone."""
     group = tmp_path / "group"
     out = ez("train", "--task", "gym:CartPole-v1", "--budget", "120", "--seeds", "0,1", "--workers", "0",
-             "--run-dir", group, "--log-every", "1", *TINY_ARGS, timeout=240)
+             "--run-dir", group, "--log-every", "0.05", *TINY_ARGS, timeout=240)  # a run takes about 1 s idle
     assert out.returncode == 0, out.stderr
     at_once = min(2, os.cpu_count())
     assert f"plan: 2 seeds to train (0, 1), {at_once} at a time on the embedded local Ray" in out.stdout, out.stdout

@@ -42,10 +42,11 @@ def records(run_dir):
 
 # --- runs -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode", ["batch", "buffer"])
+@pytest.mark.parametrize("mode", [pytest.param("batch", marks=pytest.mark.slow), "buffer"])
 def test_both_trainers_write_the_same_metrics_and_train_on_offline(local_ray, tmp_path, mode):
     """Both trainers, both reanalyze modes: the same kinds of records and keys, the same
-    checkpoint format.  With ``train.offline_train_steps`` the learner trains on after the
+    checkpoint format (batch reanalyze, not the default, in the slow suite: the default
+    suite's time limit; one process covers it in tests/test_reanalyze_modes.py).  With ``train.offline_train_steps`` the learner trains on after the
     last decision, with an evaluation at the budget before those steps and the final one
     after them (the Ray trainer's is labelled with the learner's count when it was asked for)."""
     from ez_robot import ray_trainer, trainer

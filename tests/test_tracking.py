@@ -94,7 +94,7 @@ def test_a_piped_run_logs_progress_and_evaluation_lines_and_mirrors_to_wandb_off
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config"),
            "WANDB_CACHE_DIR": str(tmp_path / "wandb-cache"), "WANDB_DATA_DIR": str(tmp_path / "wandb-data")}
     out = subprocess.run([sys.executable, "-m", "ez_robot.cli", "train", "--task", "gym:CartPole-v1", "--budget", "120",
-                          "--workers", "0", "--run-dir", str(run), "--log-every", "0.5", "--wandb", "--video", "1",
+                          "--workers", "0", "--run-dir", str(run), "--log-every", "0.05", "--wandb", "--video", "1",
                           *TINY_ARGS], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
