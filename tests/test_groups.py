@@ -173,6 +173,7 @@ def test_a_group_stopped_with_sigterm_resumes_as_a_group_with_nothing_lost(tmp_p
 
     # a budget past what either seed played (a busy machine may let one run far ahead of the other)
     budget = max(200, *(saved[seed]["counters"]["agent_steps"] + 60 for seed in (0, 1)))
+    budget = -(-budget // 20) * 20  # a whole number of training steps at the ratio 1/4
     out = ez("train", "--resume", group, "--budget", str(budget), "--quiet", timeout=240)
     assert out.returncode == 0, out.stderr
     for seed in (0, 1):
