@@ -111,12 +111,16 @@ def test_the_task_registry_never_imports_the_config():
 
 
 def test_the_deployment_layer_imports_nothing_of_training():
-    """The onboard runtime and the search import no training module (torch-free core)."""
+    """The onboard runtime, the search and the control loop import no training module
+    (torch-free core), lazy imports included: the simulated robot's env guard is the
+    simulator's, not training's."""
     graph = _graph()
     training = {"ez_robot.networks", "ez_robot.learner", "ez_robot.losses", "ez_robot.inference",
                 "ez_robot.torch_inference", "ez_robot.evaluation", "ez_robot.trainer", "ez_robot.ray_trainer",
                 "ez_robot.api"}
-    deployment = ["ez_robot.mcts", "ez_robot.action_modes", "ez_robot.export.runtime", "ez_robot.export.bundle"]
+    deployment = ["ez_robot.mcts", "ez_robot.action_modes", "ez_robot.export.runtime", "ez_robot.export.bundle",
+                  "ez_robot.export.controller", "ez_robot.export.robot", "ez_robot.export.guards",
+                  "ez_robot.export.ticks"]
     for start in deployment:
         seen, todo = set(), [start]
         while todo:

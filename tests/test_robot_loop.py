@@ -26,7 +26,6 @@ from ez_robot.export.runtime import Policy
 from ez_robot.export.ticks import format_summary, read_ticks, summarize_ticks
 from tests.cli_runner import user_error
 from tests.test_export import one_torch_thread, tiny_model  # noqa: F401 - the fixture applies here too
-from tests.test_layout import _graph
 
 RATE = 20.0  # a 50 ms tick: the tiny model decides in a few ms, with room for a busy machine
 DIMS = 6
@@ -301,20 +300,3 @@ def test_the_loop_s_log_agrees_with_its_report(walker, tmp_path):
     assert summary["rate_limited"] == report.rate_limited > 0 and summary["stop"] == "end"
     assert summary["missed_deadlines"] == report.missed_deadlines
 
-
-# --- the deployment layer -------------------------------------------------------------------------
-
-def test_the_loop_imports_nothing_of_training():
-    """Lazy imports included (the simulated robot's env guard is the simulator's, not training's)."""
-    graph = _graph()
-    training = {"ez_robot.networks", "ez_robot.learner", "ez_robot.losses", "ez_robot.inference",
-                "ez_robot.torch_inference", "ez_robot.evaluation", "ez_robot.trainer", "ez_robot.api"}
-    for start in ("ez_robot.export.controller", "ez_robot.export.robot", "ez_robot.export.guards",
-                  "ez_robot.export.ticks"):
-        seen, todo = set(), [start]
-        while todo:
-            name = todo.pop()
-            if name not in seen:
-                seen.add(name)
-                todo.extend(graph[name])
-        assert not seen & training, (start, sorted(seen & training))
