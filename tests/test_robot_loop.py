@@ -299,4 +299,3 @@ def test_the_loop_s_log_agrees_with_its_report(walker, tmp_path):
     assert summary["ticks"] == report.decisions == 8 and summary["fallbacks"] == dict(report.fallbacks)
     assert summary["rate_limited"] == report.rate_limited > 0 and summary["stop"] == "end"
     assert summary["missed_deadlines"] == report.missed_deadlines
-
