@@ -76,8 +76,16 @@ def search_overhead_ms(policy, observations, hidden, h, actions, reset, args, cl
     search's own cost (checks, tree, candidate draws, glue) without the models."""
     initial = policy.networks.initial(observations)
     recurrent = policy.networks.recurrent(hidden, h, h, actions, reset)
+    answers = {}  # rows -> the outputs tiled to that many rows (the first round asks for 16 x B)
+
+    def answer(hidden, h, c, action, reset):
+        rows = len(action)
+        if rows not in answers:
+            answers[rows] = [np.concatenate([x] * (rows // len(x))) for x in recurrent]
+        return answers[rows]
+
     policy.networks.initial = lambda *_: initial  # instance attributes shadow the methods
-    policy.networks.recurrent = lambda *_: recurrent
+    policy.networks.recurrent = answer
     try:
         return timings_ms(lambda: policy.search(observations), args.seconds, clock=clock)
     finally:

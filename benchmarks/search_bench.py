@@ -7,6 +7,8 @@ state pool included, 64 floats per state as in the peers' measurement).
     python benchmarks/search_bench.py            # full grid, B in {1,8,64,256}, A in {6,18,125}
     python benchmarks/search_bench.py --quick    # a smaller grid
     python benchmarks/search_bench.py --sampled  # also Gumbel search over K sampled candidates
+    python benchmarks/search_bench.py --first-round  # a real network: the root's first
+        # round in one call against one call per simulation (walker_walk, onnxruntime)
 """
 import argparse
 import statistics
@@ -35,9 +37,13 @@ class RandomNetwork:
         self.step = 0
 
     def __call__(self, hidden, actions, reset_mask):
-        s = self.step
-        self.step += 1
-        return self.hidden[s], self.value_prefix[s], self.value[s], self.logits[s]
+        s, k = self.step, len(actions) // self.hidden.shape[1]  # k simulations in one call (the first round)
+        self.step += k
+        if k == 1:
+            return self.hidden[s], self.value_prefix[s], self.value[s], self.logits[s]
+        rows = len(actions)
+        return (self.hidden[s:s + k].reshape(rows, HIDDEN), self.value_prefix[s:s + k].reshape(rows),
+                self.value[s:s + k].reshape(rows), self.logits[s:s + k].reshape(rows, -1))
 
 
 class TimedTree:
@@ -92,6 +98,46 @@ def measure(batch, num_actions, num_simulations, repeats, action_spec=None, root
     return wall, batch * num_simulations / wall, statistics.median(shares)
 
 
+def first_round(batches, repeats):
+    """Sampled search (walker_walk, gaussian, 32 simulations, K = 16) with its network on
+    onnxruntime (one thread, as training's ``train.inference=onnxruntime``): the root's
+    16 first visits in one network call (the default) against one call per simulation,
+    alternating, median wall time of ``repeats`` searches each."""
+    import torch
+
+    from ez_robot.config import load_config, search_config
+    from ez_robot.builders import EnvSpec
+    from ez_robot.envs import make_from_config
+    from ez_robot.inference import OnnxInference
+    from ez_robot.networks import make_network
+
+    torch.set_num_threads(1)
+    config = load_config("walker_walk", obs="state", overrides=["env.action_mode=gaussian"])
+    env = make_from_config(config.env)
+    env_spec = EnvSpec.of(env, config.env)
+    env.close()
+    net = make_network(env_spec.obs_shape, env_spec.action, config.model,
+                       value_prefix=config.train.value_prefix).eval()
+    inference, spec = OnnxInference(net), net.action_spec
+    search_cfg = search_config(config)
+    print(f"\nfirst round together vs one by one: walker_walk gaussian, {search_cfg.num_simulations} simulations, "
+          f"K = {search_cfg.num_candidates}, onnxruntime, median of {repeats}")
+    print("| B | together (ms) | one by one (ms) | one by one / together |")
+    print("|---|---|---|---|")
+    for batch in batches:
+        observations = np.random.default_rng(batch).standard_normal((batch, *net.obs_shape)).astype(np.float32)
+        times = {True: [], False: []}
+        for r in range(repeats):
+            for together in (True, False):
+                rng = np.random.default_rng(r)
+                start = time.perf_counter()
+                search(inference.root(observations), inference.recurrent_fn, search_cfg, rng, action_spec=spec,
+                       first_visits_together=together)
+                times[together].append(time.perf_counter() - start)
+        a, b = statistics.median(times[True]) * 1e3, statistics.median(times[False]) * 1e3
+        print(f"| {batch} | {a:.2f} | {b:.2f} | {b / a:.2f}x |", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="B in {1, 64}, A in {18}, fewer repeats")
@@ -101,7 +147,12 @@ def main():
                         help="pUCT score of unvisited root children (search.root_unvisited_q)")
     parser.add_argument("--sampled", action="store_true",
                         help="also time Gumbel search over K = 16 sampled candidates (gaussian, D = 6)")
+    parser.add_argument("--first-round", action="store_true",
+                        help="only the first-round comparison with a real network (B in {1, 8, 64, 256})")
     args = parser.parse_args()
+    if args.first_round:
+        first_round([1, 8, 64, 256], args.repeats)
+        return
     batches, actions = ([1, 64], [18]) if args.quick else ([1, 8, 64, 256], [6, 18, 125])
     repeats = 3 if args.quick else args.repeats
     search_module._TREE_CLASS = search_module.Tree

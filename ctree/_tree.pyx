@@ -36,6 +36,9 @@ cdef extern from "tree.h" namespace "ez":
         string reset(const float*, const float*, const float*, const float*, double)
         string traverse(int32_t*, int32_t*, uint8_t*)
         string expand_and_backup(const float*, const float*, const float*)
+        int first_visits_left() const
+        string traverse_first_visits(int, int32_t*, int32_t*, uint8_t*)
+        string expand_and_backup_first_visits(const float*, const float*, const float*)
         void root_visit_counts(int32_t*) const
         void root_values(float*) const
         void root_q_values(float*) const
@@ -124,6 +127,7 @@ cdef class Tree:
     cdef readonly int num_actions
     cdef readonly int num_simulations
     cdef readonly bint gumbel
+    cdef int pending_first_visits
 
     def __cinit__(self, int batch_size, int num_actions, int num_simulations, *,
                   double c1=1.25, double c2=19652.0, double discount=0.997,
@@ -196,6 +200,7 @@ cdef class Tree:
             noise_ptr = <const float*> cnp.PyArray_DATA(nz)
         _raise_if(self.arena.reset(<const float*> cnp.PyArray_DATA(vp), <const float*> cnp.PyArray_DATA(v),
                                    <const float*> cnp.PyArray_DATA(lg), noise_ptr, noise_fraction))
+        self.pending_first_visits = 0
 
     def traverse(self):
         """Select one leaf per tree.  Returns ``(parent_rows [B] int32, actions [B] int32,
@@ -222,6 +227,49 @@ cdef class Tree:
         if err.size() > 0:
             message = err.decode()
             raise (RuntimeError if message.startswith("expand_and_backup()") else ValueError)(message)
+
+    def first_visits_left(self):
+        """Gumbel mode: how many of the next simulations are first visits of root candidates
+        in every tree (sequential halving's first round, while nothing else has run since
+        :meth:`reset`); they can go to the network in one call (``traverse_first_visits``).
+        0 in pUCT mode, after a :meth:`traverse`, or once a tree has visited every candidate."""
+        return self.arena.first_visits_left()
+
+    def traverse_first_visits(self, int k):
+        """The next ``k`` (<= :meth:`first_visits_left`) simulations' leaves at once, in the
+        order the simulations would make them: ``(parent_rows [k * B], actions [k * B],
+        reset_mask [k * B])``, row ``j * B + b`` for simulation ``j`` of tree ``b``.  The same
+        search as ``k`` :meth:`traverse` / :meth:`expand_and_backup` pairs."""
+        if k < 1:
+            raise ValueError(f"traverse_first_visits needs k >= 1, got {k}")
+        cdef cnp.npy_intp n = <cnp.npy_intp> k * self.batch_size
+        cdef cnp.ndarray parents = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT32, 0)
+        cdef cnp.ndarray actions = cnp.PyArray_EMPTY(1, &n, cnp.NPY_INT32, 0)
+        cdef cnp.ndarray reset = cnp.PyArray_EMPTY(1, &n, cnp.NPY_BOOL, 0)
+        _raise_if(self.arena.traverse_first_visits(k, <int32_t*> cnp.PyArray_DATA(parents),
+                                                   <int32_t*> cnp.PyArray_DATA(actions),
+                                                   <uint8_t*> cnp.PyArray_DATA(reset)), RuntimeError)
+        self.pending_first_visits = k
+        return parents, actions, reset
+
+    def expand_and_backup_first_visits(self, value_prefix, value, policy_logits):
+        """Creates the ``k * B`` leaves of the last :meth:`traverse_first_visits` from the
+        network's outputs for its rows (value_prefix and value [k * B], policy_logits
+        [k * B, A]) and backs them up, simulation by simulation."""
+        if self.pending_first_visits == 0:
+            raise RuntimeError("expand_and_backup_first_visits() needs a traverse_first_visits() first")
+        cdef int rows = self.pending_first_visits * self.batch_size, A = self.num_actions
+        cdef cnp.ndarray vp = _checked(value_prefix, "value_prefix", rows, -1)
+        cdef cnp.ndarray v = _checked(value, "value", rows, -1)
+        cdef cnp.ndarray lg = _checked(policy_logits, "policy_logits", rows, A)
+        cdef string err = self.arena.expand_and_backup_first_visits(<const float*> cnp.PyArray_DATA(vp),
+                                                                    <const float*> cnp.PyArray_DATA(v),
+                                                                    <const float*> cnp.PyArray_DATA(lg))
+        if err.size() == 0:
+            self.pending_first_visits = 0
+        else:
+            message = err.decode()
+            raise (RuntimeError if message.startswith("expand_and_backup_first_visits()") else ValueError)(message)
 
     def root_visit_counts(self):
         """[B, A] int32 visit counts of the root's children."""

@@ -99,6 +99,8 @@ Arena::Arena(int batch_size, int num_actions, int num_simulations, const SearchP
     gumbel_.assign((size_t)B_ * A_, 0.0);
     considered_.assign((size_t)B_ * A_, 0);
     if (params_.gumbel) visit_sequence_.assign((size_t)B_ * S_, 0);
+    first_order_.assign((size_t)B_ * A_, 0);
+    num_considered_.assign(B_, 0);
     q_scratch_.assign(A_, 0.0);
     score_scratch_.assign(A_, 0.0);
     index_scratch_.assign(A_, 0);
@@ -169,7 +171,12 @@ void Arena::choose_considered(int tree) {
     const double* score = score_scratch_.data();
     std::partial_sort(index_scratch_.begin(), index_scratch_.begin() + m, index_scratch_.begin() + valid,
                       [score](int32_t x, int32_t y) { return score[x] > score[y] || (score[x] == score[y] && x < y); });
-    for (int i = 0; i < m; ++i) considered[index_scratch_[i]] = 1;
+    int32_t* order = &first_order_[(size_t)tree * A_];
+    for (int i = 0; i < m; ++i) {
+        considered[index_scratch_[i]] = 1;
+        order[i] = index_scratch_[i];  // the order the first visits take (first_visits_left)
+    }
+    num_considered_[tree] = m;
     considered_visit_sequence(m, S_, visit_sequence_.data() + (size_t)tree * S_);
 }
 
@@ -208,6 +215,8 @@ std::string Arena::reset(const float* value_prefix, const float* value, const fl
     sims_done_ = 0;
     pending_ = false;
     ready_ = true;
+    first_visits_only_ = params_.gumbel;
+    pending_first_visits_ = 0;
     return "";
 }
 
@@ -367,6 +376,7 @@ std::string Arena::traverse(int32_t* parent_row_out, int32_t* action_out, uint8_
     if (!ready_) return "reset() must be called before traverse()";
     if (pending_) return "traverse() was called twice; expand_and_backup() must come in between";
     if (sims_done_ >= S_) return "all " + std::to_string(S_) + " simulations are done; call reset() to search again";
+    first_visits_only_ = false;
     for (int b = 0; b < B_; ++b) {
         int32_t* path = &path_[(size_t)b * N_];
         int len = 0;
@@ -393,12 +403,17 @@ std::string Arena::traverse(int32_t* parent_row_out, int32_t* action_out, uint8_
 }
 
 std::string Arena::expand_and_backup(const float* value_prefix, const float* value, const float* logits) {
-    if (!pending_) return "expand_and_backup() needs a traverse() first";
+    if (!pending_ || pending_first_visits_ > 0) return "expand_and_backup() needs a traverse() first";
     std::string err = first_non_finite("value_prefix", value_prefix, B_, 1);
     if (err.empty()) err = first_non_finite("value", value, B_, 1);
     if (err.empty()) err = check_logits("policy_logits", logits, B_, A_);
     if (!err.empty()) return err;
+    expand_backup_one(value_prefix, value, logits);
+    pending_ = false;
+    return "";
+}
 
+void Arena::expand_backup_one(const float* value_prefix, const float* value, const float* logits) {
     const int leaf = sims_done_ + 1;
     const double discount = params_.discount;
     for (int b = 0; b < B_; ++b) {
@@ -433,7 +448,61 @@ std::string Arena::expand_and_backup(const float* value_prefix, const float* val
         depth_max_[b] = std::max(depth_max_[b], depth_[id]);
     }
     sims_done_ += 1;
+}
+
+int Arena::first_visits_left() const {
+    if (!ready_ || pending_ || !first_visits_only_) return 0;
+    int left = S_ - sims_done_;
+    for (int b = 0; b < B_; ++b) {
+        // the sequence's leading zeros: the simulations that visit a candidate for the first time
+        const int32_t* sequence = &visit_sequence_[(size_t)b * S_];
+        int zeros = 0;
+        while (zeros < S_ && sequence[zeros] == 0) ++zeros;
+        left = std::min(left, std::min(zeros, num_considered_[b]) - sims_done_);
+    }
+    return std::max(left, 0);
+}
+
+std::string Arena::traverse_first_visits(int k, int32_t* parent_row_out, int32_t* action_out, uint8_t* reset_out) {
+    if (!ready_) return "reset() must be called before traverse_first_visits()";
+    if (pending_) return "traverse_first_visits() while a traverse waits for its expand_and_backup()";
+    int left = first_visits_left();
+    if (k < 1 || k > left)
+        return "traverse_first_visits(" + std::to_string(k) + "): " + std::to_string(left) +
+               " first visits are left in every tree";
+    for (int j = 0; j < k; ++j) {
+        for (int b = 0; b < B_; ++b) {
+            size_t row = (size_t)j * B_ + b;
+            parent_row_out[row] = b;  // the root: node 0, row 0 * B + b
+            action_out[row] = first_order_[(size_t)b * A_ + sims_done_ + j];
+            reset_out[row] = 0;       // the root is never a value-prefix reset boundary
+        }
+    }
+    pending_ = true;
+    pending_first_visits_ = k;
+    return "";
+}
+
+std::string Arena::expand_and_backup_first_visits(const float* value_prefix, const float* value,
+                                                  const float* logits) {
+    if (!pending_ || pending_first_visits_ == 0)
+        return "expand_and_backup_first_visits() needs a traverse_first_visits() first";
+    const int k = pending_first_visits_;
+    std::string err = first_non_finite("value_prefix", value_prefix, (size_t)k * B_, 1);
+    if (err.empty()) err = first_non_finite("value", value, (size_t)k * B_, 1);
+    if (err.empty()) err = check_logits("policy_logits", logits, k * B_, A_);
+    if (!err.empty()) return err;
+    for (int j = 0; j < k; ++j) {
+        for (int b = 0; b < B_; ++b) {
+            path_[(size_t)b * N_] = 0;
+            path_len_[b] = 1;
+            leaf_action_[b] = first_order_[(size_t)b * A_ + sims_done_];
+        }
+        size_t offset = (size_t)j * B_;
+        expand_backup_one(value_prefix + offset, value + offset, logits + offset * A_);
+    }
     pending_ = false;
+    pending_first_visits_ = 0;
     return "";
 }
 

@@ -80,6 +80,22 @@ public:
     // backs their values up to the roots.
     std::string expand_and_backup(const float* value_prefix, const float* value, const float* logits);
 
+    // Gumbel mode: the root's first round of sequential halving in one network call.
+    // While every simulation so far was a first visit of a considered root candidate, the
+    // next ones are too, and they do not depend on each other: an unvisited candidate's
+    // completed Q is the same for all of them, so sequential halving takes them in the
+    // order of g + log pi (ties: lowest index), each leaf is a root child, and its backup
+    // touches only the root and itself.  first_visits_left() is how many such
+    // simulations remain in every tree (0 in pUCT mode, after a traverse(), or once a tree
+    // has visited all its candidates); traverse_first_visits(k) selects the next k leaves
+    // of every tree at once, in the order the simulations would make them (leaf j of tree
+    // b is row j * B + b of the outputs), and expand_and_backup_first_visits applies the
+    // network outputs for all k * B leaves, simulation by simulation, exactly as k
+    // traverse / expand_and_backup pairs would.
+    int first_visits_left() const;
+    std::string traverse_first_visits(int k, int32_t* parent_row_out, int32_t* action_out, uint8_t* reset_out);
+    std::string expand_and_backup_first_visits(const float* value_prefix, const float* value, const float* logits);
+
     // --- read-outs (valid after any number of simulations) ---
     void root_visit_counts(int32_t* out) const;          // [B, A]
     void root_values(float* out) const;                  // [B]
@@ -135,12 +151,17 @@ private:
     double sigma_scale(int visits_max) const { return (params_.c_visit + visits_max) * params_.c_scale; }
     // Fills pi [A] with the improved policy at node `id`; returns sum_b N(b).
     int improved_policy_at(int tree, size_t id, double* pi) const;
+    // Creates leaf sims_done_ + 1 of every tree (its parent and action set by a traverse)
+    // from row r of the outputs and backs it up; advances sims_done_.
+    void expand_backup_one(const float* value_prefix, const float* value, const float* logits);
 
     int B_, A_, S_, N_;
     SearchParams params_;
     int sims_done_ = 0;
     bool pending_ = false;   // a traverse waits for its expand_and_backup
     bool ready_ = false;     // reset has been called
+    bool first_visits_only_ = false;  // every simulation since reset was a root first visit
+    int pending_first_visits_ = 0;    // leaves a traverse_first_visits() selected
 
     // Node storage, indexed by node_id (tree * N + node); per-child storage by id * A + a.
     std::vector<int32_t> visit_count_;
@@ -164,6 +185,8 @@ private:
     std::vector<double> gumbel_;       // [B, A] root Gumbel noise g (0 without noise / pUCT)
     std::vector<uint8_t> considered_;  // [B, A] root children sequential halving may pick
     std::vector<int32_t> visit_sequence_;  // [B, S] considered_visit_sequence(m_b, S)
+    std::vector<int32_t> first_order_;     // [B, A] considered candidates by g + log pi
+    std::vector<int32_t> num_considered_;  // [B] m_b
 
     // Scratch for the node being scored; mutable so the const read-outs can use it too.
     mutable std::vector<double> q_scratch_;      // [A]

@@ -164,8 +164,10 @@ class SearchOutput:
 
 
 RecurrentFn = Callable[[Any, np.ndarray, np.ndarray], Tuple[Any, Any, Any, Any]]
-"""recurrent_fn(hidden, actions [B] int32 (sampled modes: [B, D] float32 vectors),
-reset_mask [B] bool) -> (next_hidden, value_prefix [B], value [B], policy_logits [B, P]).
+"""recurrent_fn(hidden, actions [R] int32 (sampled modes: [R, D] float32 vectors),
+reset_mask [R] bool) -> (next_hidden, value_prefix [R], value [R], policy_logits [R, P]).
+R is the number of roots B, or a multiple of it when the sampled search sends several
+simulations in one call (:func:`simulate`): one output row per input row.
 
 ``reset_mask[b]`` is True when the value-prefix LSTM must start afresh from this step:
 the caller zeroes that row's LSTM state before stepping it."""
@@ -173,7 +175,7 @@ the caller zeroes that row's LSTM state before stepping it."""
 
 def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
            rng: np.random.Generator, *, deadline: float | None = None,
-           action_spec: ActionSpec | None = None) -> SearchOutput:
+           action_spec: ActionSpec | None = None, first_visits_together: bool = True) -> SearchOutput:
     """Runs ``config.num_simulations`` batched simulations from B roots.
 
     ``action_spec`` says what the policy outputs are (default: A joint discrete actions,
@@ -187,6 +189,9 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
     simulation starts once it has passed, and the output describes the simulations that
     ran (``simulations``; visit counts sum to it).  With no simulation at all the policy
     is uniform and the action is the root prior's most likely one.
+
+    ``first_visits_together=False`` makes the Gumbel search's first round one network call
+    per simulation (:func:`simulate`); the result is the same up to float rounding.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"search needs rng, a numpy.random.Generator (np.random.default_rng(seed)), got "
@@ -196,13 +201,19 @@ def search(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig,
     if deadline is not None and not (is_finite_number(deadline) or deadline == math.inf):
         raise ValueError(f"deadline must be a time.perf_counter() value (or inf: none), got {deadline!r}")
     if action_spec is not None and action_spec.sampled:
-        return gumbel_policy(root, recurrent_fn, config, rng, action_spec, deadline=deadline)
+        return gumbel_policy(root, recurrent_fn, config, rng, action_spec, deadline=deadline,
+                             first_visits_together=first_visits_together)
     return puct_policy(root, recurrent_fn, config, rng, deadline=deadline)
+
+
+FIRST_VISIT_ROWS = 4096
+"""Most rows one network call of the root's first round may take (:func:`simulate`)."""
 
 
 def simulate(tree: Tree, root_hidden: Any, recurrent_fn: RecurrentFn, num_simulations: int, batch: int,
              expand: Callable[[int, Any], np.ndarray], *, deadline: float | None = None,
-             child_actions: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> int:
+             child_actions: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+             first_visits_together: bool = True) -> int:
     """The search loop: select a leaf per root, run the model there, expand it, back up.
 
     Each simulation asks the tree for one leaf per root (``tree.traverse``: the parent's
@@ -211,9 +222,33 @@ def simulate(tree: Tree, root_hidden: Any, recurrent_fn: RecurrentFn, num_simula
     node's child logits, ``expand(simulation, policy_outputs)``.  ``child_actions(rows,
     children)`` maps the chosen children to the actions ``recurrent_fn`` takes (default:
     the child indices themselves, joint mode).  Returns the simulations that ran (fewer
-    than asked once ``deadline`` has passed)."""
+    than asked once ``deadline`` has passed).
+
+    In Gumbel mode the first simulations visit each considered root candidate once, in an
+    order fixed at the root, and do not depend on each other's results; with
+    ``first_visits_together`` they go to ``recurrent_fn`` as one call of k * B rows
+    (k simulations, at most :data:`FIRST_VISIT_ROWS` rows a call) and are backed up in
+    their order: the same search as one call per simulation, in fewer, larger calls."""
     pool = _HiddenPool(root_hidden, num_simulations + 1, batch)
-    for simulation in range(num_simulations):
+    simulation = 0
+    while first_visits_together and simulation < num_simulations:
+        k = min(tree.first_visits_left(), num_simulations - simulation, max(1, FIRST_VISIT_ROWS // batch))
+        if k < 2:
+            break
+        if deadline is not None and time.perf_counter() >= deadline:
+            return simulation
+        parent_rows, children, reset_mask = tree.traverse_first_visits(k)
+        actions = children if child_actions is None else child_actions(parent_rows, children)
+        next_hidden, value_prefix, value, policy_outputs = recurrent_fn(pool.gather(parent_rows), actions, reset_mask)
+        _check_rows(k * batch, value_prefix, value, policy_outputs)
+        pool.put(simulation + 1, next_hidden, nodes=k)
+        logits = np.empty((k * batch, tree.num_actions), np.float32)
+        for j in range(k):  # each simulation's nodes in turn (expand may reuse its output buffer)
+            logits[j * batch:(j + 1) * batch] = expand(simulation + j, policy_outputs[j * batch:(j + 1) * batch])
+        tree.expand_and_backup_first_visits(_as_float32(value_prefix, "value_prefix"),
+                                            _as_float32(value, "value"), logits)
+        simulation += k
+    for simulation in range(simulation, num_simulations):
         if deadline is not None and time.perf_counter() >= deadline:
             return simulation
         parent_rows, children, reset_mask = tree.traverse()
@@ -267,7 +302,8 @@ def puct_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfi
 
 
 def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchConfig, rng: np.random.Generator,
-                  spec: ActionSpec, *, deadline: float | None = None) -> SearchOutput:
+                  spec: ActionSpec, *, deadline: float | None = None,
+                  first_visits_together: bool = True) -> SearchOutput:
     """Gumbel search over sampled candidates (EfficientZero V2; Danihelka et al. 2022).
 
     Every expanded node gets K candidates drawn from its policy outputs (the root's by
@@ -316,7 +352,8 @@ def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchCon
         return draw_interior(simulation, step_params, action_pool[start:start + batch])
 
     done = simulate(tree, root.hidden, recurrent_fn, config.num_simulations, batch, expand, deadline=deadline,
-                    child_actions=functools.partial(child_rows, action_pool))  # [B, D] action_pool[rows, children]
+                    child_actions=functools.partial(child_rows, action_pool),  # [B, D] action_pool[rows, children]
+                    first_visits_together=first_visits_together)
     draw_interior.finish(done)
 
     chosen = tree.best_actions(gumbel=not greedy)
@@ -369,6 +406,14 @@ def _as_float32(x, name: str) -> np.ndarray:
         raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}: {error}") from None
 
 
+def _check_rows(rows: int, *outputs) -> None:
+    for name, output in zip(("value_prefix", "value", "policy outputs"), outputs):
+        got = getattr(output, "shape", (None,))[:1]
+        if tuple(got) != (rows,):
+            raise ValueError(f"recurrent_fn was given {rows} rows and returned {name} of shape "
+                             f"{tuple(getattr(output, 'shape', ()))}: it must return one row per input row")
+
+
 class _HiddenPool:
     """Hidden states of every node, one flat [nodes * B, ...] buffer per leaf of the pytree.
 
@@ -397,17 +442,19 @@ class _HiddenPool:
                 raise ValueError(f"root.hidden must have the batch ({batch}) on axis 0, got shape {tuple(leaf.shape)}")
         self.put(0, root_hidden)
 
-    def put(self, node: int, hidden) -> None:
+    def put(self, node: int, hidden, nodes: int = 1) -> None:
+        """Stores the hidden states of ``nodes`` consecutive nodes from ``node`` on (rows
+        ``node * B`` to ``(node + nodes) * B``: one network call's outputs)."""
         leaves = hidden if self._is_tuple else (hidden,)
         if isinstance(hidden, (tuple, list)) != self._is_tuple or len(leaves) != len(self._pools):
-            self._refuse(hidden)
-        start = node * self._batch
+            self._refuse(hidden, nodes)
+        start, rows = node * self._batch, nodes * self._batch
         for pool, shape, leaf in zip(self._pools, self._shapes, leaves):
-            if getattr(leaf, "shape", None) != shape:
-                self._refuse(hidden)
-            pool[start:start + self._batch] = leaf
+            if getattr(leaf, "shape", None) != (rows,) + shape[1:]:
+                self._refuse(hidden, nodes)
+            pool[start:start + rows] = leaf
 
-    def _refuse(self, hidden) -> None:
+    def _refuse(self, hidden, nodes: int = 1) -> None:
         """Raises the error that says how ``hidden`` differs from the root's hidden state."""
         if isinstance(hidden, (tuple, list)) != self._is_tuple:
             got = f"a {type(hidden).__name__} of {len(hidden)}" if isinstance(hidden, (tuple, list)) else \
@@ -419,6 +466,7 @@ class _HiddenPool:
         if len(leaves) != len(self._pools):
             raise ValueError(f"recurrent_fn returned {len(leaves)} hidden arrays, the root had {len(self._pools)}")
         for shape, leaf in zip(self._shapes, leaves):
+            shape = (nodes * self._batch,) + shape[1:]
             if not hasattr(leaf, "shape"):
                 raise ValueError(f"recurrent_fn returned a {type(leaf).__name__} in the hidden state; it must be "
                                  "numpy arrays or torch tensors with the batch on axis 0")

@@ -58,8 +58,10 @@ def random_root(model, batch, seed, mask_share=0.3):
 
 
 def run_tree(recurrent_fn, hidden, value_prefix, value, logits, sims, *, stop_after=None, noise=None,
-             noise_fraction=0.0, record_root_picks=False, **params):
-    """Runs ``stop_after`` (default all) of ``sims`` simulations on one batched tree."""
+             noise_fraction=0.0, record_root_picks=False, first_visits=0, **params):
+    """Runs ``stop_after`` (default all) of ``sims`` simulations on one batched tree;
+    ``first_visits`` > 0: the root's first round in calls of at most that many simulations
+    (``traverse_first_visits``), the rest one at a time."""
     batch, k = logits.shape
     tree = Tree(batch, k, sims, **params)
     tree.reset(value_prefix, value, logits, noise, noise_fraction)
@@ -67,7 +69,17 @@ def run_tree(recurrent_fn, hidden, value_prefix, value, logits, sims, *, stop_af
     for p, h in zip(pool, hidden):
         p[:batch] = h
     picks = []  # [simulation] (root child picked, its visit count before)
-    for s in range(sims if stop_after is None else stop_after):
+    total = sims if stop_after is None else stop_after
+    done = 0
+    while first_visits and (n := min(first_visits, tree.first_visits_left(), total - done)) > 0:
+        rows, actions, reset = tree.traverse_first_visits(n)
+        assert (rows == np.tile(np.arange(batch), n)).all() and not reset.any()  # root children only
+        next_hidden, vp, v, step_logits = recurrent_fn(tuple(p[rows] for p in pool), actions, reset)
+        for p, h in zip(pool, next_hidden):
+            p[(done + 1) * batch:(done + 1 + n) * batch] = h
+        tree.expand_and_backup_first_visits(vp, v, step_logits)
+        done += n
+    for s in range(done, total):
         before = tree.root_visit_counts()
         rows, actions, reset = tree.traverse()
         next_hidden, vp, v, step_logits = recurrent_fn(tuple(p[rows] for p in pool), actions, reset)
@@ -132,13 +144,15 @@ PARITY_CASES = [  # (batch, K, simulations, stop_after, max_considered, noise, l
 
 @pytest.mark.parametrize("batch,k,sims,stop,max_considered,noise,horizon", PARITY_CASES)
 @pytest.mark.parametrize("seed", range(3))
-def test_matches_python_reference(batch, k, sims, stop, max_considered, noise, horizon, seed):
+@pytest.mark.parametrize("first_visits", [0, 3, 64], ids=["one-by-one", "first-round-by-3", "first-round-at-once"])
+def test_matches_python_reference(batch, k, sims, stop, max_considered, noise, horizon, seed, first_visits):
     model = MaskedModel(ElementwiseModel(k, seed), cut=-1.5)
     hidden, vp, v, logits = random_root(model.model, batch, seed + 10)
     g = np.random.default_rng(seed).gumbel(size=(batch, k)).astype(f32) if noise else None
     params = dict(discount=0.98, lstm_horizon=horizon, min_max_epsilon=0.01, c_visit=50.0, c_scale=0.1,
                   max_considered=max_considered)
-    tree = run_tree(model, hidden, vp, v, logits, sims, stop_after=stop, noise=g, gumbel=True, **params)
+    tree = run_tree(model, hidden, vp, v, logits, sims, stop_after=stop, noise=g, gumbel=True,
+                    first_visits=first_visits, **params)
     got = readouts(tree)
     done = sims if stop is None else stop
     assert tree.simulations_done == done
@@ -398,3 +412,60 @@ def test_readouts_need_a_reset_and_the_sequence_needs_candidates():
             getattr(tree, name)()
     with pytest.raises(ValueError, match="num_considered must be >= 1, got 0"):
         considered_visits(0, 5)
+
+
+# --- the root's first round in one network call ---
+
+@pytest.mark.parametrize("m,sims,batch", [(16, 32, 3), (4, 10, 2), (8, 5, 2), (1, 6, 1)])
+def test_first_visits_come_in_the_order_the_simulations_take_them(m, sims, batch):
+    """traverse_first_visits names the root children that one-at-a-time traverses pick, in
+    their order: the node numbers (and so the candidates drawn below each) are the same."""
+    model = ElementwiseModel(16, 3)
+    hidden, vp, v, logits = random_root(model, batch, 4, mask_share=0.0)
+    noise = np.random.default_rng(5).gumbel(size=logits.shape).astype(f32)
+    params = dict(gumbel=True, max_considered=m)
+    _, picks = run_tree(model, hidden, vp, v, logits, sims, noise=noise, record_root_picks=True, **params)
+    tree = Tree(batch, 16, sims, **params)
+    tree.reset(vp, v, logits, noise)
+    first = min(m, sims)
+    assert tree.first_visits_left() == first
+    rows, actions, reset = tree.traverse_first_visits(first)
+    np.testing.assert_array_equal(actions.reshape(first, batch), np.stack([child for child, _ in picks[:first]]))
+    assert tree.first_visits_left() == 0  # a round waits for its backup
+    next_hidden, step_vp, step_v, step_logits = model(tuple(h[rows] for h in hidden), actions, reset)
+    tree.expand_and_backup_first_visits(step_vp, step_v, step_logits)
+    assert tree.simulations_done == first and tree.first_visits_left() == 0
+
+
+def test_first_visits_left_and_its_errors():
+    model = ElementwiseModel(5, 0)
+    hidden, vp, v, logits = random_root(model, 2, 1, mask_share=0.0)
+    logits[0, 1] = -np.inf  # tree 0 has 4 candidates, tree 1 five: 4 first visits in both
+    puct = Tree(2, 5, 8)
+    puct.reset(vp, v, logits)
+    assert puct.first_visits_left() == 0  # pUCT: each simulation depends on the last
+    tree = Tree(2, 5, 8, gumbel=True)
+    with pytest.raises(RuntimeError, match="reset"):
+        tree.traverse_first_visits(1)
+    tree.reset(vp, v, logits)
+    assert tree.first_visits_left() == 4
+    with pytest.raises(RuntimeError, match="4 first visits are left"):
+        tree.traverse_first_visits(5)
+    with pytest.raises(ValueError, match="k >= 1"):
+        tree.traverse_first_visits(0)
+    with pytest.raises(RuntimeError, match="needs a traverse_first_visits"):
+        tree.expand_and_backup_first_visits(vp, v, logits)
+    rows, actions, reset = tree.traverse_first_visits(2)
+    with pytest.raises(RuntimeError, match="needs a traverse"):
+        tree.expand_and_backup(vp, v, logits)  # the round's rows, not one simulation's
+    _, step_vp, step_v, step_logits = model(tuple(h[rows] for h in hidden), actions, reset)
+    with pytest.raises(ValueError, match=r"shape \(4,\)"):
+        tree.expand_and_backup_first_visits(step_vp[:2], step_v, step_logits)
+    bad = step_v.copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="value"):
+        tree.expand_and_backup_first_visits(step_vp, bad, step_logits)
+    tree.expand_and_backup_first_visits(step_vp, step_v, step_logits)
+    assert tree.first_visits_left() == 2
+    tree.traverse()  # one simulation on its own: what follows is no longer a fixed round
+    assert tree.first_visits_left() == 0
