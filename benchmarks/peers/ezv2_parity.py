@@ -269,14 +269,15 @@ class _Shared:
 SHARED = _Shared()
 
 
-def _our_table_draw(spec, params, count, scale, rng):
-    """ez_robot.policies._draw with the Gaussian draws read from the shared table: the root's
-    policy draws take rows 0.., the widened ones and every interior node the last rows (the
-    rows V2's sample_actions reads, see TableSquashedNormal)."""
+def _our_table_draw(spec, params, count, scale, rng, mean_std=None):
+    """ez_robot.action_modes._draw (the root's candidates) with the Gaussian draws read from
+    the shared table: the policy draws take rows 0.., the widened ones the last rows (the rows
+    V2's sample_actions reads, see TableSquashedNormal).  Interior nodes draw through
+    ``_InjectedRng.standard_normal``."""
     batch = len(params)
     if count == 0:
         return np.zeros((batch, 0, spec.dims))
-    mean, std = gaussian_params(params, spec.dims)
+    mean, std = gaussian_params(params, spec.dims) if mean_std is None else mean_std
     n = SHARED.table.shape[1]
     rows = SHARED.table[:, :count] if (SHARED.root and scale == 1.0) else SHARED.table[:, n - count:]
     return np.tanh(mean[:, None] + scale * std[:, None] * rows)
@@ -333,6 +334,16 @@ class _InjectedRng(np.random.Generator):
 
     def gumbel(self, loc=0.0, scale=1.0, size=None):
         return np.array(self._noise, np.float64).reshape(size)
+
+    def standard_normal(self, size=None, dtype=np.float64, out=None):
+        """The interior nodes' numbers (``InteriorCandidates`` draws [simulations, B, draws, D]
+        at once): every node of tree b reads the table's last ``draws`` rows of b, as V2's
+        leaves do."""
+        if size is None or len(size) != 4:
+            return super().standard_normal(size, dtype=dtype, out=out)
+        simulations, batch, draws, dims = size
+        rows = SHARED.table[:, SHARED.table.shape[1] - draws:]
+        return np.ascontiguousarray(np.broadcast_to(rows, (simulations,) + rows.shape), dtype=dtype)
 
 
 class TheirModel:
