@@ -68,10 +68,12 @@ class Learner:
                                             self.generator)
 
     def learning_rate(self, step: int) -> float:
-        """Exponential decay from lr to lr_final over the run (the paper: 0.2 -> 0.02)."""
+        """Exponential decay from lr to lr_final over the run (the paper: 0.2 -> 0.02),
+        times step / lr_warmup_steps during the warm-up."""
         t = self.config.train
         progress = min(step / max(self.total_train_steps, 1), 1.0)
-        return t.lr * (t.lr_final / t.lr) ** progress
+        warmup = min(1.0, step / t.lr_warmup_steps) if t.lr_warmup_steps > 0 else 1.0
+        return t.lr * (t.lr_final / t.lr) ** progress * warmup
 
     @property
     def q_scale(self) -> float | None:

@@ -78,6 +78,11 @@ class SearchConfig:
     EfficientZero V2 clips to 0.999, where atanh (3.8) stays within the soft-clamped mean's
     reach (5): a policy can then fit a candidate at the bounds with its mean, where one drawn
     from the widened proposal (atanh up to 7.25 in float32) pulls its std up instead."""
+    gumbel_noise: bool = True
+    """Sampled modes, searches with ``add_noise`` (self-play, reanalyze): Gumbel noise g at
+    the root, as the Gumbel search and the EfficientZero V2 paper have it; off, g = 0 and
+    the widened candidates are the only exploration (EfficientZero V2's released code on
+    DMC).  Evaluation never draws it."""
     c_visit: float = 50.0
     """Sampled modes (Gumbel search): sigma(q) = (c_visit + max_b N(b)) c_scale q."""
     c_scale: float = 0.1
@@ -329,7 +334,7 @@ def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchCon
                                            policy_samples=config.root_policy_samples, wide_scale=config.wide_scale,
                                            correction=config.proposal_correction, include_mode=greedy,
                                            bound=config.candidate_bound)
-    gumbel = None if greedy else rng.gumbel(size=(batch, count)).astype(np.float32)
+    gumbel = None if greedy or not config.gumbel_noise else rng.gumbel(size=(batch, count)).astype(np.float32)
     tree = Tree(batch, count, config.num_simulations, c1=config.c1, c2=config.c2, discount=config.discount,
                 lstm_horizon=config.lstm_horizon, min_max_epsilon=config.min_max_epsilon, gumbel=True,
                 c_visit=config.c_visit, c_scale=config.c_scale, max_considered=count)

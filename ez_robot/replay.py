@@ -150,7 +150,8 @@ class ReplayBuffer:
         return self._num_moves >= self.config.min_replay_size
 
     def sample(self, batch_size: int, beta: float, rng: np.random.Generator) -> SampleRef:
-        """Samples moves with P(i) = p_i^alpha / sum_j p_j^alpha."""
+        """Samples moves with P(i) = p_i^alpha / sum_j p_j^alpha; their weights are
+        (N P(i))^-beta over the batch's largest, at least ``replay.min_weight``."""
         if not self._num_moves:
             raise RuntimeError("cannot sample from an empty replay buffer")
         lengths = np.array([len(p) for p in self._priorities])
@@ -164,7 +165,7 @@ class ReplayBuffer:
             segments=[self.segments[i] for i in which],
             segment_ids=(which + self._first_id).astype(np.int64),
             positions=(flat - starts[which]).astype(np.int64),
-            weights=(weights / weights.max()).astype(np.float32),
+            weights=np.maximum(weights / weights.max(), self.config.min_weight).astype(np.float32),
         )
 
     def update_priorities(self, segment_ids: np.ndarray, positions: np.ndarray, priorities: np.ndarray) -> None:

@@ -196,3 +196,40 @@ def test_the_first_round_in_one_call_is_the_same_search(spec, add_noise, simulat
     for field in ("candidates", "visit_counts", "root_values", "root_q_values", "policy", "actions", "max_depth",
                   "simulations"):
         np.testing.assert_array_equal(getattr(together, field), getattr(alone, field), err_msg=field)
+
+
+class GumbelCountingGenerator(np.random.Generator):
+    def __init__(self, seed):
+        super().__init__(np.random.PCG64(seed))
+        self.gumbel_calls = 0
+
+    def gumbel(self, *args, **kwargs):
+        self.gumbel_calls += 1
+        return super().gumbel(*args, **kwargs)
+
+
+@SPECS
+def test_gumbel_noise_off_searches_with_g_zero(spec):
+    """search.gumbel_noise=false: a self-play search draws no Gumbel noise, and it plays
+    what the noise-free read-out of the same tree names; with it on, one draw per search."""
+    batch, hidden = 4, 3
+    rng = np.random.default_rng(2)
+    weights = rng.standard_normal((hidden + spec.dims, spec.policy_size)).astype(np.float32)
+
+    def recurrent_fn(h, actions, reset_mask):
+        features = np.concatenate([h, actions], axis=1)
+        return np.tanh(h + actions.sum(1, keepdims=True)), np.zeros(len(actions)), features[:, 0], features @ weights
+
+    root = RootOutput(rng.standard_normal((batch, hidden)).astype(np.float32), np.zeros(batch), np.zeros(batch),
+                      rng.standard_normal((batch, spec.policy_size)).astype(np.float32))
+    for noise, calls in ((True, 1), (False, 0)):
+        generator = GumbelCountingGenerator(5)
+        config = SearchConfig(num_simulations=32, gumbel_noise=noise)
+        out = search(root, recurrent_fn, config, generator, action_spec=spec)
+        assert generator.gumbel_calls == calls
+    # g = 0: the played candidate is the most visited one with the best log pi + sigma(q)
+    visits = out.visit_counts
+    for b in range(batch):
+        top = np.flatnonzero(visits[b] == visits[b].max())
+        chosen = int(np.flatnonzero((out.candidates[b] == out.actions[b]).all(-1))[0])
+        assert chosen in top

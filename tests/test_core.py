@@ -78,6 +78,19 @@ def test_fixed_batch_loss_decreases(overrides):
     assert losses[-1] < 0.5 * losses[0]
 
 
+def test_the_learning_rate_warms_up_linearly_then_follows_its_schedule():
+    config = small_config("train.lr=0.2", "train.lr_final=0.02", "train.lr_warmup_steps=100")
+    net, _, _ = setup(config)
+    learner = Learner(net, config, 1000, torch.device("cpu"))
+    plain = Learner(copy.deepcopy(net), small_config("train.lr=0.2", "train.lr_final=0.02"), 1000,
+                    torch.device("cpu"))
+    assert learner.learning_rate(0) == 0.0
+    assert learner.learning_rate(25) == pytest.approx(0.25 * plain.learning_rate(25))
+    for step in (100, 500, 1000):
+        assert learner.learning_rate(step) == plain.learning_rate(step)
+    assert plain.learning_rate(0) == 0.2 and plain.learning_rate(1000) == pytest.approx(0.02)
+
+
 def test_adam_moments_travel_with_the_learner_state():
     config = small_config("train.optimizer=adam", "train.lr=3e-3", "train.lr_final=3e-3")
     net, replay, rng = setup(config)

@@ -239,3 +239,19 @@ def test_bad_segments_are_rejected():
     with pytest.raises(ValueError, match="rewards has length 2, expected 3"):
         Segment(frames=np.zeros((4, 1)), actions=np.zeros(3), rewards=np.zeros(2), root_values=np.zeros(4),
                 policies=np.zeros((3, A)), collected_at=np.zeros(3), num_own=3)
+
+
+def test_min_weight_clips_the_importance_weights_from_below():
+    config = ReplayConfig(capacity=1000, min_replay_size=4, priority_alpha=1.0)
+    clipped = ReplayBuffer(dataclasses.replace(config, min_weight=0.3))
+    plain = ReplayBuffer(config)
+    for buf in (clipped, plain):
+        sid = buf.add(segment(4))
+        buf.update_priorities(np.array([sid] * 4), np.arange(4), np.array([1.0, 2.0, 4.0, 40.0]))
+    a = clipped.sample(256, beta=1.0, rng=np.random.default_rng(3))
+    b = plain.sample(256, beta=1.0, rng=np.random.default_rng(3))
+    np.testing.assert_array_equal(a.positions, b.positions)  # the same moves, only the weights differ
+    assert b.weights.min() < 0.3 and a.weights.min() == np.float32(0.3)
+    np.testing.assert_array_equal(a.weights, np.maximum(b.weights, np.float32(0.3)))
+    with pytest.raises(ConfigError, match="min_weight"):
+        ReplayConfig(min_weight=1.5)

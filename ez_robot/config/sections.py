@@ -160,9 +160,14 @@ class ReplayConfig:
     """Importance-sampling exponent at the end of training."""
     min_replay_size: int = 2000
     """Transitions stored before sampling starts."""
+    min_weight: float = 0.0
+    """Lower clip of the max-normalized importance-sampling weights (0: none, the paper's;
+    EfficientZero V2's released code clips them to [0.1, 1], so that no sampled move is
+    all but left out of the loss)."""
 
     def __post_init__(self):
         check("replay", self, [
+            ("min_weight", 0.0 <= self.min_weight <= 1.0, "in [0, 1]"),
             ("segment_length", self.segment_length >= 1, ">= 1"),
             ("capacity", self.capacity >= 1, ">= 1"),
             ("priority_alpha", 0.0 <= self.priority_alpha <= 1.0, "in [0, 1]"),

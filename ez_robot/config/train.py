@@ -63,6 +63,9 @@ class TrainConfig:
     """Learning rate at the start, decayed exponentially to lr_final."""
     lr_final: float = 0.02
     """Learning rate at the end of training."""
+    lr_warmup_steps: int = 0
+    """Training steps over which the learning rate rises linearly from 0 to its schedule's
+    value (0: none, the paper's; EfficientZero V2's code warms up over 1% of training)."""
     momentum: float = 0.9
     """SGD momentum."""
     weight_decay: float = 1e-4
@@ -165,6 +168,7 @@ class TrainConfig:
             ("optimizer", self.optimizer in OPTIMIZERS, one_of(OPTIMIZERS)),
             ("lr", self.lr > 0, "> 0"),
             ("lr_final", self.lr_final > 0, "> 0"),
+            ("lr_warmup_steps", self.lr_warmup_steps >= 0, ">= 0"),
             ("momentum", 0.0 <= self.momentum < 1.0, "in [0, 1)"),
             ("weight_decay", self.weight_decay >= 0, ">= 0"),
             ("max_grad_norm", self.max_grad_norm > 0, "> 0"),
