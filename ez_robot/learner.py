@@ -98,9 +98,7 @@ class Learner:
         terms = self.loss(unrolled, batch, targets)
         weights = torch.as_tensor(weights, device=self.device)
         loss = self.loss.total(terms, weights)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss at training step {self.train_steps}: {loss.item()}")
-        # --- optimizer step ---
+        # --- gradients; the step itself only once they are known to be finite ---
         lr = self.learning_rate(self.train_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -108,19 +106,29 @@ class Learner:
         loss.backward()
         model_metrics = self.model_gradient(unrolled, batch, weights) if t.model_gradient_coef > 0 else {}
         grad_norm = torch.nn.utils.clip_grad_norm_(self.net.parameters(), t.max_grad_norm)
-        if not torch.isfinite(grad_norm):  # checked before the step: the weights stay good
+        # One read of the device a step: the loss, the gradient norm, the logged terms and
+        # the new priorities come back together (on a GPU every read waits for the queue).
+        logged = self.loss.logged(terms, loss)
+        priorities = self._priorities(unrolled, targets)
+        host = torch.cat([torch.stack([loss.detach().float(), grad_norm.float()] +
+                                      [value.float() for value in logged.values()]),
+                          priorities.float()]).cpu().numpy()
+        if not np.isfinite(host[0]):  # before the step: the weights stay good
+            raise FloatingPointError(f"non-finite loss at training step {self.train_steps}: {host[0]}")
+        if not np.isfinite(host[1]):
             raise FloatingPointError(f"non-finite gradient norm at training step {self.train_steps}")
         self.optimizer.step()
         # --- snapshots ---
         self.train_steps += 1
         self._refresh_snapshots()
 
-        metrics = {**self.loss.metrics(terms, loss), "grad_norm": float(grad_norm), "lr": lr,
+        values = dict(zip(logged, host[2:2 + len(logged)].tolist()))
+        metrics = {**self.loss.metrics(values), "grad_norm": float(host[1]), "lr": lr,
                    "target_value_mean": float(targets.value[:, 0].mean()),
                    "reanalyze_searches": targets.num_searches,  # roots this batch searched
                    "reanalyze_stored": targets.num_stored,  # targets it read from the buffer sweep's results
-                   **self.loss.diagnostics(terms), **model_metrics}
-        return metrics, self._priorities(unrolled, targets)
+                   **self.loss.diagnostics(values), **model_metrics}
+        return metrics, host[2 + len(logged):] + 1e-6
 
     def _observations(self, batch: Batch) -> torch.Tensor:
         """[B, K + 1, *obs_shape] o_t .. o_{t+K} on the device: stacked there (Atari copies 9
@@ -140,10 +148,10 @@ class Learner:
             return augment(observations, self.generator)
         return observations
 
-    def _priorities(self, unrolled: Unroll, targets: Targets) -> np.ndarray:
-        """[B] |v_0 - z_0| (+ 1e-6): the network's root value against its target."""
+    def _priorities(self, unrolled: Unroll, targets: Targets) -> torch.Tensor:
+        """[B] |v_0 - z_0| on the device: the network's root value against its target."""
         value_0 = support_to_scalar(unrolled.value_logits[0].detach(), *self.net.value_support)
-        return (value_0 - torch.as_tensor(targets.value[:, 0], device=self.device)).abs().cpu().numpy() + 1e-6
+        return (value_0 - torch.as_tensor(targets.value[:, 0], device=self.device)).abs()
 
     def _refresh_snapshots(self) -> None:
         t = self.config.train

@@ -220,22 +220,27 @@ class EfficientZeroLoss:
                  for term in TERMS if term.steps == steps and term.name in terms]
         return functools.reduce(operator.add, parts)
 
-    def metrics(self, terms: dict, loss: torch.Tensor) -> dict:
-        """The logged loss metrics (:data:`ez_robot.loss_terms.LOSSES`): the total, and each
-        logged term's batch mean per step; a term switched off logs 0."""
+    def logged(self, terms: dict, loss: torch.Tensor) -> dict:
+        """The logged numbers as 0-dim tensors on the loss's device, not yet read: the
+        total, each logged term's batch mean per step (:data:`ez_robot.loss_terms.LOSSES`)
+        and the diagnostics' batch means.  The learner reads them with the rest of its step
+        in one transfer."""
         K = self.train.unroll_steps
-        metrics = {"loss": loss.item()}
-        for term in (term for term in TERMS if term.logged):
-            value = terms.get(term.name)
-            if value is None:  # switched off (train.consistency): 0, so that every run logs the same metrics
-                metrics[term.name] = 0.0
-            else:
-                metrics[term.name] = (value if term.steps == ROOT else value / K).mean().item()
-        return metrics
+        logged = {"loss": loss.detach()}
+        for term in (term for term in TERMS if term.logged and term.name in terms):
+            logged[term.name] = (terms[term.name] if term.steps == ROOT else terms[term.name] / K).detach().mean()
+        logged.update({name: terms[name].detach().mean() for name in DIAGNOSTICS if name in terms})
+        return logged
 
-    def diagnostics(self, terms: dict) -> dict:
-        """The batch means of the diagnostic terms the units gave (not part of the loss)."""
-        return {name: terms[name].mean().item() for name in DIAGNOSTICS if name in terms}
+    def metrics(self, values: dict) -> dict:
+        """The logged loss metrics from :meth:`logged`'s numbers, read: a term switched off
+        (``train.consistency``) logs 0, so that every run logs the same metrics."""
+        return {"loss": values["loss"], **{term.name: values.get(term.name, 0.0) for term in TERMS if term.logged}}
+
+    @staticmethod
+    def diagnostics(values: dict) -> dict:
+        """The diagnostic terms' batch means among :meth:`logged`'s numbers (not part of the loss)."""
+        return {name: values[name] for name in DIAGNOSTICS if name in values}
 
 
 class ModelGradient:

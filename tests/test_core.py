@@ -354,3 +354,35 @@ def test_self_play_that_stops_mid_episode_keeps_every_move(tmp_path):
     files.close()
     assert run.counters.agent_steps == 100 and run.counters.episodes == 0
     assert len(run.replay) == 100 and run.replay.ready()  # 50 decisions in each of the 2 envs
+
+
+def test_a_learner_step_reads_the_device_once(monkeypatch):
+    """The finite checks, the metrics and the priorities come back in one transfer: on a GPU
+    each read of a result waits for everything queued before it.  Counted here as the
+    learner's and the loss's own reads of tensor values (torch's optimizer keeps its step
+    counters on the CPU and is left out)."""
+    import sys
+
+    config = small_config()
+    net, replay, rng = setup(config)
+    ref, context, targets = batch(config, net, replay, rng)
+    learner = Learner(net, config, 1000, torch.device("cpu"))
+    learner.step(context, targets, ref.weights)  # warm: lazy state
+    reads = []
+
+    def counting(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if "ez_robot" in caller:
+                reads.append((name, caller.rsplit("/", 1)[-1], sys._getframe(1).f_lineno))
+            return original(self, *args, **kwargs)
+        return read
+
+    for name in ("item", "cpu", "numpy", "tolist", "__bool__", "__float__"):
+        monkeypatch.setattr(torch.Tensor, name, counting(name))
+    metrics, priorities = learner.step(context, targets, ref.weights)
+    monkeypatch.undo()
+    assert [r[0] for r in reads] == ["cpu", "numpy"], reads  # one transfer, then its numpy view
+    assert np.isfinite(list(metrics.values())).all() and priorities.shape == (len(ref.weights),)

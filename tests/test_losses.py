@@ -209,7 +209,7 @@ def test_consistency_off_removes_exactly_that_term():
     assert removed != 0
     difference = on.total(terms_on, WEIGHTS).item() - off.total(terms_off, WEIGHTS).item()
     assert difference == pytest.approx(removed, abs=1e-6)  # float32 totals of about 1
-    metrics = off.metrics(terms_off, off.total(terms_off, WEIGHTS))
+    metrics = off.metrics({k: v.item() for k, v in off.logged(terms_off, off.total(terms_off, WEIGHTS)).items()})
     assert metrics["consistency_loss"] == 0.0  # every run logs the same metrics
 
 
@@ -218,12 +218,13 @@ def test_the_metrics_are_the_logged_terms_per_step():
     loss = EfficientZeroLoss(train_config(), fake_net())
     terms = loss(unrolled, batch, targets)
     total = loss.total(terms, WEIGHTS)
-    metrics = loss.metrics(terms, total)
+    values = {name: value.item() for name, value in loss.logged(terms, total).items()}
+    metrics = loss.metrics(values)
     assert tuple(metrics) == LOSSES
     assert metrics["loss"] == total.item()
     assert metrics["value_loss"] == pytest.approx(terms["value_loss"].mean().item())  # the root step's
     assert metrics["value_prefix_loss"] == pytest.approx(terms["value_prefix_loss"].mean().item() / K)  # per step
-    assert loss.diagnostics(terms) == {}  # joint mode: no policy entropy
+    assert loss.diagnostics(values) == {}  # joint mode: no policy entropy
 
 
 def test_the_table_names_every_term_and_the_logged_metrics_keep_their_names():
