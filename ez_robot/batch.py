@@ -89,6 +89,9 @@ class Batch:
     row-major order: reanalyze needs no segment (a Ray replay ships one array)."""
     frame_stack: int = 1
     """S, the frames per observation."""
+    trace: "dict | None" = None
+    """What :mod:`ez_robot.step_trace` recorded where the batch was sampled (with
+    ``EZ_ROBOT_STEP_TRACE`` set); None otherwise."""
 
     @property
     def observations(self) -> np.ndarray:

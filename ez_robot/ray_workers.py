@@ -209,9 +209,8 @@ class LearnerWorker:
             with self.stopwatch("learner"):
                 metrics, priorities = self.learner.step(prepared.context, prepared.targets, prepared.weights)
             if step_trace.enabled():
-                step_trace.write({**getattr(prepared.context, "trace", {}),
-                                  **step_trace.learner_side(prepared.context, prepared.targets, metrics["lr"], acting),
-                                  "played": ray.get(self.storage.progress.remote())["played"]})
+                step_trace.write(prepared.context, prepared.targets, metrics["lr"], acting,
+                                 ray.get(self.storage.progress.remote())["played"])
             self.replay.update_priorities.remote(prepared.segment_ids, prepared.positions, priorities)
             self._publish()  # before the step count: a sweep that sees the count has the target of it
             self.storage.set_train_steps.remote(self.train_steps)

@@ -132,8 +132,7 @@ class _Run:
         with self.stopwatch("learner"):
             metrics, priorities = self.learner.step(context, targets, ref.weights)
         if step_trace.enabled():
-            step_trace.write({**getattr(context, "trace", {}), **step_trace.learner_side(context, targets, metrics["lr"], acting),
-                              "played": self.counters.agent_steps})
+            step_trace.write(context, targets, metrics["lr"], acting, self.counters.agent_steps)
         self.replay.update_priorities(ref.segment_ids, ref.positions, priorities)
         return metrics
 
