@@ -73,10 +73,12 @@ def test_a_traced_ray_steps_run_trains_each_step_on_the_current_sweep_at_its_lea
     (path,) = (tmp_path / "trace").iterdir()
     lines = [json.loads(line) for line in open(path)]
     assert [line["step"] for line in lines] == list(range(60))
-    pacing, first = StepsPacing(config, lead=16), lines[0]["played"]
+    pacing, first, timed = StepsPacing(config, lead=16), lines[0]["played"], 0
     for line in lines:
         t = line["step"]
         assert line["target_version"] == t // 20 * 20 == line["search_version_min"] == line["search_version_max"]
         assert line["value_fresh"] == line["policy_fresh"] == 1.0 and line["searches"] == 0
         if first < pacing.ceiling(t) < 240:  # past the replay's first fill, before the budget's end
             assert line["played"] == pacing.ceiling(t)
+            timed += 1
+    assert timed > 20
