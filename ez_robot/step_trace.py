@@ -63,7 +63,7 @@ def learner_side(batch, targets, lr: float, acting_version: int, played: int) ->
 
 
 def write(batch, targets, lr: float, acting_version: int, played: int) -> None:
-    """Appends training step's line: the replay's part (``batch.trace``, set where the
+    """Appends the training step's line: the replay's part (``batch.trace``, set where the
     batch was sampled) and the learner's."""
     record = {**(batch.trace or {}), **learner_side(batch, targets, lr, acting_version, played)}
     with open(os.path.join(os.environ[ENV], f"trace-{os.getpid()}.jsonl"), "a") as f:
