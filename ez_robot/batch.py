@@ -22,6 +22,7 @@ import numpy as np
 
 from ez_robot.config import Config, search_config
 from ez_robot.action_modes import ActionSpec
+from ez_robot import step_trace
 from ez_robot.replay import ReplayBuffer, SampleRef
 from ez_robot.schedules import priority_beta, total_train_steps
 from ez_robot.targets import network_bootstraps, value_horizons
@@ -88,6 +89,9 @@ class Batch:
     row-major order: reanalyze needs no segment (a Ray replay ships one array)."""
     frame_stack: int = 1
     """S, the frames per observation."""
+    trace: "dict | None" = None
+    """What :mod:`ez_robot.step_trace` recorded where the batch was sampled (with
+    ``EZ_ROBOT_STEP_TRACE`` set); None otherwise."""
 
     @property
     def observations(self) -> np.ndarray:
@@ -263,8 +267,11 @@ def sample_batch(replay: ReplayBuffer, config: Config, train_steps: int, action:
     collected = np.array([s.collected_at[p] for s, p in zip(ref.segments, ref.positions)])
     horizons = value_horizons(collected, train_steps, total, t)
     searched = search_config(config)
+    search_from = fresh_from(config, target_version, replay.swept_round)
     batch = gather_batch(ref, unroll_steps=t.unroll_steps, horizons=horizons, discount=searched.discount,
                          lstm_horizon=searched.lstm_horizon, num_actions=action, rng=rng,
-                         search_from=fresh_from(config, target_version, replay.swept_round),
+                         search_from=search_from,
                          network_bootstrap=network_bootstraps(collected, train_steps, total, t))
+    if step_trace.enabled():
+        batch.trace = step_trace.replay_side(replay, ref, batch, train_steps, target_version, search_from)
     return ref, batch

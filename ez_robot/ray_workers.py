@@ -36,6 +36,7 @@ import numpy as np
 import ray
 import torch
 
+from ez_robot import step_trace
 from ez_robot._timing import Stopwatch, TimedInference
 from ez_robot.batch import Batch
 from ez_robot.builders import EnvSpec, make_actor, make_envs, make_learner, make_model
@@ -204,8 +205,12 @@ class LearnerWorker:
             prepared = self._next_batch()
             if prepared is None:  # the replay is still filling
                 continue
+            acting = self.learner.versions["acting"]
             with self.stopwatch("learner"):
                 metrics, priorities = self.learner.step(prepared.context, prepared.targets, prepared.weights)
+            if step_trace.enabled():
+                step_trace.write(prepared.context, prepared.targets, metrics["lr"], acting,
+                                 ray.get(self.storage.progress.remote())["played"])
             self.replay.update_priorities.remote(prepared.segment_ids, prepared.positions, priorities)
             self._publish()  # before the step count: a sweep that sees the count has the target of it
             self.storage.set_train_steps.remote(self.train_steps)

@@ -222,7 +222,11 @@ class ReplayBuffer:
         return cls(config, segments=list(segments), _priorities=priorities, _first_id=int(state["first_id"]),
                    _max_priority=float(state["max_priority"]), _num_moves=sum(s.num_own for s in segments))
 
+    def priorities(self) -> np.ndarray:
+        """p_i of every stored move, in storage order (tests, diagnostics)."""
+        return np.concatenate(self._priorities) if self._priorities else np.zeros(0)
+
     def probabilities(self) -> np.ndarray:
         """P(i) of every stored move, in storage order (tests, diagnostics)."""
-        scaled = np.concatenate(self._priorities) ** self.config.priority_alpha
+        scaled = self.priorities() ** self.config.priority_alpha
         return scaled / scaled.sum()

@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from ez_robot import step_trace
 from ez_robot._timing import Stopwatch, TimedInference
 from ez_robot.batch import sample_batch
 from ez_robot.builders import EnvSpec, make_actor, make_envs, make_learner, make_replay
@@ -127,8 +128,11 @@ class _Run:
         with self.stopwatch("reanalyze"):
             targets = reanalyze(context, self.target_inference, self.search_config, self.rng,
                                 policy_ratio=t.reanalyze_policy_ratio)
+        acting = self.learner.versions["acting"]
         with self.stopwatch("learner"):
             metrics, priorities = self.learner.step(context, targets, ref.weights)
+        if step_trace.enabled():
+            step_trace.write(context, targets, metrics["lr"], acting, self.counters.agent_steps)
         self.replay.update_priorities(ref.segment_ids, ref.positions, priorities)
         return metrics
 
