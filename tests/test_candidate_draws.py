@@ -55,11 +55,16 @@ def test_an_early_stop_leaves_the_generator_where_the_nodes_drawn_leave_it(spec,
 
 
 class CountingGenerator(np.random.Generator):
-    """Counts the calls that draw numbers."""
+    """Counts the calls that draw numbers (``calls``), and the Gumbel draws apart (``gumbel_calls``)."""
 
     def __init__(self, seed):
         super().__init__(np.random.PCG64(seed))
         self.calls = 0
+        self.gumbel_calls = 0
+
+    def gumbel(self, *args, **kwargs):
+        self.gumbel_calls += 1
+        return super().gumbel(*args, **kwargs)
 
     def standard_normal(self, *args, **kwargs):
         self.calls += 1
@@ -198,16 +203,6 @@ def test_the_first_round_in_one_call_is_the_same_search(spec, add_noise, simulat
         np.testing.assert_array_equal(getattr(together, field), getattr(alone, field), err_msg=field)
 
 
-class GumbelCountingGenerator(np.random.Generator):
-    def __init__(self, seed):
-        super().__init__(np.random.PCG64(seed))
-        self.gumbel_calls = 0
-
-    def gumbel(self, *args, **kwargs):
-        self.gumbel_calls += 1
-        return super().gumbel(*args, **kwargs)
-
-
 @SPECS
 def test_gumbel_noise_off_searches_with_g_zero(spec):
     """search.gumbel_noise=false: a self-play search draws no Gumbel noise, and it plays
@@ -223,7 +218,7 @@ def test_gumbel_noise_off_searches_with_g_zero(spec):
     root = RootOutput(rng.standard_normal((batch, hidden)).astype(np.float32), np.zeros(batch), np.zeros(batch),
                       rng.standard_normal((batch, spec.policy_size)).astype(np.float32))
     for noise, calls in ((True, 1), (False, 0)):
-        generator = GumbelCountingGenerator(5)
+        generator = CountingGenerator(5)
         config = SearchConfig(num_simulations=32, gumbel_noise=noise)
         out = search(root, recurrent_fn, config, generator, action_spec=spec)
         assert generator.gumbel_calls == calls
