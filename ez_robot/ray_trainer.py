@@ -145,6 +145,13 @@ def _nodes_left(before: list, seconds: float = 30.0) -> list:
         time.sleep(0.5)
 
 
+def _raise_env_failure(error: ray.exceptions.RayTaskError, where: str) -> None:
+    """A remote task that failed on the user's env raises that failure here, named by where
+    it ran and without Ray's traceback (the env, not a bug); any other failure returns."""
+    if isinstance(error.cause, EnvironmentFailed):
+        raise type(error.cause)(f"{where}: {error.cause}") from None
+
+
 class _Pipeline:
     """The actors of one run, and the driver's loop over them."""
 
@@ -354,8 +361,7 @@ class _Pipeline:
             except ray.exceptions.RayActorError:  # restarting: ask again in a moment
                 self.retries[key] = time.time() + 0.5
             except ray.exceptions.RayTaskError as error:
-                if isinstance(error.cause, EnvironmentFailed):
-                    raise EnvironmentFailed(f"{kind} worker {index}: {error.cause}") from None
+                _raise_env_failure(error, f"{kind} worker {index}")
                 raise  # a bug: keep Ray's traceback of it
 
     def _log_events(self) -> dict:
@@ -400,9 +406,8 @@ class _Pipeline:
         try:
             result = ray.get(ref)
         except ray.exceptions.RayTaskError as error:
-            if isinstance(error.cause, EnvironmentFailed):  # the user's env, not a bug: no traceback
-                raise type(error.cause)(f"evaluation: {error.cause}") from None
-            raise
+            _raise_env_failure(error, "evaluation")
+            raise  # a bug: keep Ray's traceback of it
         self.seconds["evaluation"] += result.pop("seconds")
         self.files.log("eval", counters, **result)
         return result

@@ -148,23 +148,27 @@ def test_metrics_jsonl_is_standard_json_with_non_finite_values_as_null(tmp_path)
     assert record["returns"] == [1.0, None] and record["nested"] == {"value": None}
 
 
-def test_the_ray_trainer_stops_on_an_evaluation_env_that_keeps_failing_with_one_line_and_a_checkpoint(tmp_path):
-    """The evaluation's env fails in every episode (self-play's does not): the Ray run stops with
-    the env's error and the command that resumes it, not Ray's traceback of a remote task, and
-    logs ``env_failed``."""
+@pytest.mark.parametrize("where", ["evaluation", "selfplay worker 0"])
+def test_the_ray_trainer_stops_on_an_env_that_keeps_failing_with_one_line_and_a_checkpoint(tmp_path, where):
+    """The evaluation's env (self-play's does not), or self-play's, fails in every episode: the
+    Ray run stops with the env's error, where it ran and the command that resumes it, not Ray's
+    traceback of a remote task, and logs ``env_failed``."""
     import subprocess
     import sys
 
     run = tmp_path / "run"
-    first = eval_seed(load_config(FAULTY))  # then each failure makes the env again with seed + 7919 k
-    seeds = [first + episode + 7919 * k for episode in range(2) for k in range(3)]
+    if where == "evaluation":
+        first = eval_seed(load_config(FAULTY))  # then each failure makes the env again with seed + 7919 k
+        seeds = [first + episode + 7919 * k for episode in range(2) for k in range(3)]
+        faults = f"env.kwargs={{fail_seeds: {seeds}}}"
+    else:
+        faults = "env.kwargs={fail_at: 3}"  # the 3rd step of every episode
     out = subprocess.run([sys.executable, "-m", "ez_robot.cli", "train", "--task", FAULTY, "--run-dir", str(run),
                           "--budget", "60", "--workers", "1", "--reanalyze-workers", "0", "--device", "cpu", "--quiet",
-                          "--set", f"env.kwargs={{fail_seeds: {seeds}}}",
-                          "--set", "env.max_failures_in_a_row=1", *[f"--set={o}" for o in TINY]],
+                          "--set", faults, "--set", "env.max_failures_in_a_row=1", *[f"--set={o}" for o in TINY]],
                          capture_output=True, text=True, timeout=300)
     output = out.stdout + out.stderr
     assert out.returncode == 1 and "Traceback" not in output and "RayTaskError" not in output, output
-    assert re.search(r"evaluation: .*make_faulty_point failed 2 times in a row .*motor driver.*"
+    assert re.search(where + r": .*make_faulty_point failed 2 times in a row .*motor driver.*"
                      r"ez-robot train --resume ", output), output
     assert strict_records(run / "metrics.jsonl")[-1]["kind"] == "env_failed" and checkpoint_path(run).is_file()
