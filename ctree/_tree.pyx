@@ -28,8 +28,10 @@ cdef extern from "tree.h" namespace "ez":
         double c_scale
         int max_considered
         cbool root_mean_q
+        cbool ezv2_tree
 
     void considered_visit_sequence(int, int, int32_t*)
+    void ezv2_phase_ends(int, int, int32_t*)
 
     cdef cppclass Arena:
         Arena(int, int, int, const SearchParams&) except +
@@ -105,6 +107,18 @@ def considered_visits(int num_considered, int num_simulations):
     return out
 
 
+def ezv2_halving(int num_considered, int num_simulations):
+    """[num_simulations] int32: with ``ezv2_tree``, how many survivors sequential halving
+    keeps after each simulation (EfficientZero V2's schedule), 0 where no phase ends."""
+    if num_considered < 1:
+        raise ValueError(f"num_considered must be >= 1, got {num_considered}")
+    if num_simulations < 0:
+        raise ValueError(f"num_simulations must be >= 0, got {num_simulations}")
+    cdef cnp.ndarray out = np.empty(num_simulations, dtype=np.int32)
+    ezv2_phase_ends(num_considered, num_simulations, <int32_t*> cnp.PyArray_DATA(out))
+    return out
+
+
 cdef class Tree:
     """B search trees in one arena, each with room for ``num_simulations + 1`` nodes.
 
@@ -120,6 +134,8 @@ cdef class Tree:
     marks a child that does not exist: it is never visited and has no policy mass.
     pUCT scores an unvisited root child with Q = 0 (the paper), or with ``root_mean_q``
     the mean Q of the root's visited children (for returns that can be negative).
+    ``ezv2_tree`` (Gumbel mode) follows EfficientZero V2's released tree instead where it
+    differs (``tree.h`` lists how).
     """
 
     cdef Arena* arena
@@ -133,7 +149,7 @@ cdef class Tree:
                   double c1=1.25, double c2=19652.0, double discount=0.997,
                   int lstm_horizon=5, double min_max_epsilon=0.01, bint gumbel=False,
                   double c_visit=50.0, double c_scale=0.1, int max_considered=16,
-                  bint root_mean_q=False):
+                  bint root_mean_q=False, bint ezv2_tree=False):
         self.arena = NULL
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -157,6 +173,8 @@ cdef class Tree:
             raise ValueError(f"c_scale must be a positive finite number, got {c_scale}")
         if max_considered < 1:
             raise ValueError(f"max_considered must be >= 1, got {max_considered}")
+        if ezv2_tree and not gumbel:
+            raise ValueError("ezv2_tree needs gumbel=True (it is EfficientZero V2's Gumbel tree)")
         cdef SearchParams params
         params.c1 = c1
         params.c2 = c2
@@ -168,6 +186,7 @@ cdef class Tree:
         params.c_scale = c_scale
         params.max_considered = max_considered
         params.root_mean_q = root_mean_q
+        params.ezv2_tree = ezv2_tree
         self.batch_size = batch_size
         self.num_actions = num_actions
         self.num_simulations = num_simulations

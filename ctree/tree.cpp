@@ -79,6 +79,25 @@ void considered_visit_sequence(int num_considered, int num_simulations, int32_t*
     }
 }
 
+void ezv2_phase_ends(int num_considered, int num_simulations, int32_t* out) {
+    std::fill(out, out + num_simulations, 0);
+    if (num_considered <= 1) return;
+    // V2's schedule, in its own floating-point steps: a phase of `survivors` candidates
+    // lasts max(1, floor(n / (log2(m) survivors))) rounds; the last phase takes what is left.
+    const double log2m = std::log2((double)num_considered);
+    int survivors = num_considered, used = 0;
+    int next = std::max((int)std::floor(num_simulations / (log2m * num_considered)), 1) * num_considered;
+    for (int s = 0; s < num_simulations; ++s) {
+        if (s + 1 < next) continue;
+        survivors /= 2;
+        int extra = survivors > 2 ? std::max((int)std::floor(num_simulations / (log2m * survivors)), 1) * survivors
+                                  : num_simulations - used;
+        used += extra;
+        next = std::min(next + extra, num_simulations);
+        out[s] = std::max(survivors, 1);  // V2 would keep none after a last halving to 0
+    }
+}
+
 Arena::Arena(int batch_size, int num_actions, int num_simulations, const SearchParams& params)
     : B_(batch_size), A_(num_actions), S_(num_simulations), N_(num_simulations + 1), params_(params) {
     size_t nodes = (size_t)B_ * N_;
@@ -101,6 +120,11 @@ Arena::Arena(int batch_size, int num_actions, int num_simulations, const SearchP
     if (params_.gumbel) visit_sequence_.assign((size_t)B_ * S_, 0);
     first_order_.assign((size_t)B_ * A_, 0);
     num_considered_.assign(B_, 0);
+    if (params_.gumbel && params_.ezv2_tree) {
+        survivors_.assign((size_t)B_ * A_, 0);
+        num_survivors_.assign(B_, 0);
+        phase_end_.assign((size_t)B_ * S_, 0);
+    }
     q_scratch_.assign(A_, 0.0);
     score_scratch_.assign(A_, 0.0);
     index_scratch_.assign(A_, 0);
@@ -178,6 +202,11 @@ void Arena::choose_considered(int tree) {
     }
     num_considered_[tree] = m;
     considered_visit_sequence(m, S_, visit_sequence_.data() + (size_t)tree * S_);
+    if (params_.ezv2_tree) {
+        std::copy(order, order + m, &survivors_[(size_t)tree * A_]);
+        num_survivors_[tree] = m;
+        ezv2_phase_ends(m, S_, phase_end_.data() + (size_t)tree * S_);
+    }
 }
 
 std::string Arena::reset(const float* value_prefix, const float* value, const float* logits,
@@ -222,7 +251,25 @@ std::string Arena::reset(const float* value_prefix, const float* value, const fl
 
 int Arena::select_child(int tree, size_t id, bool is_root, double& q_hat) {
     if (!params_.gumbel) return select_puct(tree, id, is_root, q_hat);
-    return is_root ? select_gumbel_root(tree, id) : select_gumbel_interior(tree, id);
+    if (!is_root) return select_gumbel_interior(tree, id);
+    return params_.ezv2_tree ? select_ezv2_root(tree, id) : select_gumbel_root(tree, id);
+}
+
+double Arena::normalized(int tree, double q) const {
+    const MinMax& mm = min_max_[tree];
+    if (!params_.ezv2_tree) return mm.normalize(q, params_.min_max_epsilon);
+    double delta = mm.hi - mm.lo;  // -inf with no entries
+    double x = delta > 0.0 ? (q - mm.lo) / std::max(delta, params_.min_max_epsilon) : q;
+    return std::min(1.0, std::max(0.0, x));
+}
+
+int Arena::own_visits(size_t id) const {
+    return visit_count_[id] + (params_.ezv2_tree && id % N_ == 0 ? 1 : 0);
+}
+
+double Arena::running_mean(size_t id) const {
+    double root_value = params_.ezv2_tree && id % N_ == 0 ? network_value_[id] : 0.0;
+    return (value_sum_[id] + root_value) / own_visits(id);
 }
 
 int Arena::select_puct(int tree, size_t id, bool is_root, double& q_hat) {
@@ -296,8 +343,13 @@ void Arena::completed_q(int tree, size_t id, double* q, int& visits_sum, int& vi
     // When the visited children's prior underflowed to 0 that mean is undefined: keep
     // the network value.
     double v_mix = network_value_[id];
-    if (visits_sum > 0 && prior_sum > 0.0)
+    if (params_.ezv2_tree) {  // V2: the node's running mean and its own visit count
+        double mean = running_mean(id);
+        int n = own_visits(id);
+        v_mix = prior_sum < 1e-6 ? mean : (mean + n * weighted_q / prior_sum) / (1.0 + n);
+    } else if (visits_sum > 0 && prior_sum > 0.0) {
         v_mix = (network_value_[id] + visits_sum / prior_sum * weighted_q) / (1.0 + visits_sum);
+    }
     for (int a = 0; a < A_; ++a) {
         if (children[a] < 0) q[a] = is_valid(id, a) ? v_mix : std::numeric_limits<double>::quiet_NaN();
     }
@@ -309,11 +361,10 @@ int Arena::improved_policy_at(int tree, size_t id, double* pi) const {
     completed_q(tree, id, q, visits_sum, visits_max);
     const double scale = sigma_scale(visits_max);
     const double* log_p = log_prior_of(id);
-    const MinMax& mm = min_max_[tree];
     double top = -kInf;
     for (int a = 0; a < A_; ++a) {
         if (!is_valid(id, a)) continue;
-        pi[a] = log_p[a] + scale * mm.normalize(q[a], params_.min_max_epsilon);
+        pi[a] = log_p[a] + scale * normalized(tree, q[a]);
         top = std::max(top, pi[a]);
     }
     double total = 0.0;
@@ -335,13 +386,12 @@ int Arena::select_gumbel_root(int tree, size_t id) {
     const double* log_p = log_prior_of(id);
     const double* g = &gumbel_[(size_t)tree * A_];
     const uint8_t* considered = &considered_[(size_t)tree * A_];
-    const MinMax& mm = min_max_[tree];
     const int wanted = visit_sequence_[(size_t)tree * S_ + sims_done_];
     double best = -kInf, best_any = -kInf;
     int best_action = -1, best_any_action = -1;
     for (int a = 0; a < A_; ++a) {
         if (!considered[a]) continue;
-        double score = g[a] + log_p[a] + scale * mm.normalize(q[a], params_.min_max_epsilon);
+        double score = g[a] + log_p[a] + scale * normalized(tree, q[a]);
         if (score > best_any) {
             best_any = score;
             best_any_action = a;
@@ -355,15 +405,50 @@ int Arena::select_gumbel_root(int tree, size_t id) {
     return best_action >= 0 ? best_action : best_any_action;
 }
 
+int Arena::select_ezv2_root(int tree, size_t id) const {
+    // The first survivor (in rank order) with the fewest visits.
+    const int32_t* survivors = &survivors_[(size_t)tree * A_];
+    int best = survivors[0], fewest = child_visits(tree, id, best);
+    for (int i = 1; i < num_survivors_[tree]; ++i) {
+        int n = child_visits(tree, id, survivors[i]);
+        if (n < fewest) {
+            best = survivors[i];
+            fewest = n;
+        }
+    }
+    return best;
+}
+
+void Arena::rank_survivors(int tree, int keep) {
+    size_t id = node_id(tree, 0);
+    double* q = q_scratch_.data();
+    int visits_sum, visits_max;
+    completed_q(tree, id, q, visits_sum, visits_max);
+    const double scale = sigma_scale(visits_max);
+    const double* log_p = log_prior_of(id);
+    const double* g = &gumbel_[(size_t)tree * A_];
+    double* score = score_scratch_.data();
+    int32_t* survivors = &survivors_[(size_t)tree * A_];
+    const int n = num_survivors_[tree];
+    for (int i = 0; i < n; ++i) {
+        int a = survivors[i];
+        score[a] = g[a] + log_p[a] + scale * normalized(tree, q[a]);
+    }
+    std::stable_sort(survivors, survivors + n, [score](int32_t x, int32_t y) { return score[x] > score[y]; });
+    num_survivors_[tree] = std::min(n, keep);
+}
+
 int Arena::select_gumbel_interior(int tree, size_t id) {
     // Deterministic: the child whose visit share lags its improved-policy mass most.
     double* pi = score_scratch_.data();
     int visits_sum = improved_policy_at(tree, id, pi);
+    // V2 counts the node's own expansion in N(node): 1 + N(node) = 2 + sum_b N(b)
+    const double denominator = 1.0 + (params_.ezv2_tree ? own_visits(id) : visits_sum);
     double best = -kInf;
     int best_action = 0;
     for (int a = 0; a < A_; ++a) {
         if (!is_valid(id, a)) continue;
-        double score = pi[a] - child_visits(tree, id, a) / (1.0 + visits_sum);
+        double score = pi[a] - child_visits(tree, id, a) / denominator;
         if (score > best) {
             best = score;
             best_action = a;
@@ -440,10 +525,15 @@ void Arena::expand_backup_one(const float* value_prefix, const float* value, con
             if (i > 0) {
                 size_t pid = node_id(b, path[i - 1]);
                 double r = reward(pid, nid);
-                min_max_[b].update(r + discount * (value_sum_[nid] / visit_count_[nid]));
+                // ezv2_tree: the sampled path return, not the child's mean value
+                min_max_[b].update(r + discount * (params_.ezv2_tree ? bootstrap : value_sum_[nid] / visit_count_[nid]));
                 bootstrap = r + discount * bootstrap;
+            } else if (params_.ezv2_tree) {
+                min_max_[b].update(discount * bootstrap);  // V2 reads the root's reward as 0
             }
         }
+        if (params_.ezv2_tree && phase_end_[(size_t)b * S_ + sims_done_] > 0)
+            rank_survivors(b, phase_end_[(size_t)b * S_ + sims_done_]);
         depth_sum_[b] += depth_[id];
         depth_max_[b] = std::max(depth_max_[b], depth_[id]);
     }
@@ -519,7 +609,10 @@ void Arena::root_visit_counts(int32_t* out) const {
 void Arena::root_values(float* out) const {
     for (int b = 0; b < B_; ++b) {
         size_t id = node_id(b, 0);
-        out[b] = visit_count_[id] > 0 ? (float)(value_sum_[id] / visit_count_[id]) : (float)network_value_[id];
+        if (params_.ezv2_tree)
+            out[b] = (float)running_mean(id);
+        else
+            out[b] = visit_count_[id] > 0 ? (float)(value_sum_[id] / visit_count_[id]) : (float)network_value_[id];
     }
 }
 
@@ -550,6 +643,10 @@ void Arena::improved_policy(float* out) const {
 
 void Arena::best_actions(bool with_noise, int64_t* out) const {
     for (int b = 0; b < B_; ++b) {
+        if (params_.ezv2_tree) {  // V2 plays the first survivor
+            out[b] = survivors_[(size_t)b * A_];
+            continue;
+        }
         size_t id = node_id(b, 0);
         double* q = q_scratch_.data();
         int visits_sum, visits_max;
@@ -568,7 +665,7 @@ void Arena::best_actions(bool with_noise, int64_t* out) const {
         for (int a = 0; a < A_; ++a) {
             if (!considered[a] || child_visits(b, id, a) != most) continue;
             double base = with_noise ? g[a] + log_p[a] : log_p[a];
-            double score = base + scale * min_max_[b].normalize(q[a], params_.min_max_epsilon);
+            double score = base + scale * normalized(b, q[a]);
             if (score > best) {
                 best = score;
                 best_action = a;

@@ -38,7 +38,18 @@ struct SearchParams {
     int max_considered = 16;     // m: root candidates sequential halving starts from
     bool root_mean_q = false;    // pUCT: unvisited root children get the mean Q of the visited
                                  // ones instead of the paper's 0 (see select_puct)
+    bool ezv2_tree = false;      // Gumbel mode: EfficientZero V2's released tree (below)
 };
+
+// `ezv2_tree`: the conventions of EfficientZero V2's released continuous search where they
+// differ from ours (and from the Gumbel paper, where it says).  Each node's expansion counts
+// as its first visit: the root's value, its v_mix and the interior selection count the
+// root's network value as one more backup and a node's own visit in N(node); v_mix is
+// (V(node) + N(node) sum pi q / sum pi) / (1 + N(node)) with V the node's running mean; the
+// min-max statistics take the sampled path return r + gamma G at each level and gamma G at
+// the root, and with no spread normalize q to itself (clipped); sequential halving ranks
+// the survivors by g + log pi + sigma(q) only at V2's phase ends, visits the first survivor
+// with the fewest visits and plays the first survivor.
 
 // Running min/max of the Q values seen in one tree (updated along backup paths only).
 struct MinMax {
@@ -54,6 +65,10 @@ struct MinMax {
 // candidates in turn, each phase getting about n / (ceil(log2 m) * survivors) rounds,
 // and halve the survivors (never below 2).  With m <= 1: 0, 1, 2, ...
 void considered_visit_sequence(int num_considered, int num_simulations, int32_t* out);
+
+// `ezv2_tree`'s halving schedule (V2's): out[s] (s < n) is how many survivors are kept
+// after simulation s, 0 where no phase ends.  With m <= 1 no phase ends.
+void ezv2_phase_ends(int num_considered, int num_simulations, int32_t* out);
 
 class Arena {
 public:
@@ -108,7 +123,7 @@ public:
     void improved_policy(float* out) const;              // [B, A]
     // Among the considered root children with the most visits, the argmax of
     // g + log pi + sigma(normalized completed Q) (g left out when `with_noise` is false).
-    // pUCT mode: every valid child is considered and g = 0.
+    // pUCT mode: every valid child is considered and g = 0.  ezv2_tree: the first survivor.
     void best_actions(bool with_noise, int64_t* out) const;  // [B]
     void root_considered(uint8_t* out) const;            // [B, A] 1 = eligible at the root
 
@@ -145,6 +160,15 @@ private:
     int select_puct(int tree, size_t id, bool is_root, double& q_hat);
     int select_gumbel_root(int tree, size_t id);
     int select_gumbel_interior(int tree, size_t id);
+    int select_ezv2_root(int tree, size_t id) const;
+    // ezv2_tree: keeps the `keep` survivors with the best g + log pi + sigma(q) (ties: rank).
+    void rank_survivors(int tree, int keep);
+    // Min-max normalization of q in `tree` (ezv2_tree: V2's, with no spread q itself).
+    double normalized(int tree, double q) const;
+    // N(node) and its running mean value, counting the root's network value as a backup
+    // under ezv2_tree (every other node's expansion already is one).
+    int own_visits(size_t id) const;
+    double running_mean(size_t id) const;
     // Fills q [A] with the completed Q of the children of node `id`; returns
     // sum_b N(b) and max_b N(b) over them.
     void completed_q(int tree, size_t id, double* q, int& visits_sum, int& visits_max) const;
@@ -187,6 +211,9 @@ private:
     std::vector<int32_t> visit_sequence_;  // [B, S] considered_visit_sequence(m_b, S)
     std::vector<int32_t> first_order_;     // [B, A] considered candidates by g + log pi
     std::vector<int32_t> num_considered_;  // [B] m_b
+    std::vector<int32_t> survivors_;       // [B, A] ezv2_tree: the survivors, ranked
+    std::vector<int32_t> num_survivors_;   // [B]
+    std::vector<int32_t> phase_end_;       // [B, S] ezv2_phase_ends(m_b, S)
 
     // Scratch for the node being scored; mutable so the const read-outs can use it too.
     mutable std::vector<double> q_scratch_;      // [A]

@@ -83,6 +83,10 @@ class SearchConfig:
     the root, as the Gumbel search and the EfficientZero V2 paper have it; off, g = 0 and
     the widened candidates are the only exploration (EfficientZero V2's released code on
     DMC).  Evaluation never draws it."""
+    ezv2_tree: bool = False
+    """Sampled modes: the tree follows EfficientZero V2's released code where it differs from
+    the Gumbel paper and ours (root value, v_mix, interior selection, min-max statistics,
+    the halving order; ``ctree/tree.h`` lists them)."""
     c_visit: float = 50.0
     """Sampled modes (Gumbel search): sigma(q) = (c_visit + max_b N(b)) c_scale q."""
     c_scale: float = 0.1
@@ -337,7 +341,7 @@ def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchCon
     gumbel = None if greedy or not config.gumbel_noise else rng.gumbel(size=(batch, count)).astype(np.float32)
     tree = Tree(batch, count, config.num_simulations, c1=config.c1, c2=config.c2, discount=config.discount,
                 lstm_horizon=config.lstm_horizon, min_max_epsilon=config.min_max_epsilon, gumbel=True,
-                c_visit=config.c_visit, c_scale=config.c_scale, max_considered=count)
+                c_visit=config.c_visit, c_scale=config.c_scale, max_considered=count, ezv2_tree=config.ezv2_tree)
     tree.reset(_as_float32(root.value_prefix, "root.value_prefix"), _as_float32(root.value, "root.value"),
                logits, gumbel)
     action_pool = np.empty(((config.num_simulations + 1) * batch, count, spec.dims), np.float32)

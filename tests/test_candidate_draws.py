@@ -172,10 +172,12 @@ def test_a_search_its_deadline_stops_uses_the_numbers_of_the_simulations_that_ra
 @SPECS
 @pytest.mark.parametrize("add_noise", [True, False], ids=["self-play", "greedy"])
 @pytest.mark.parametrize("simulations", [32, 50, 7])
-def test_the_first_round_in_one_call_is_the_same_search(spec, add_noise, simulations):
+@pytest.mark.parametrize("ezv2_tree", [False, True], ids=["our-tree", "ezv2-tree"])
+def test_the_first_round_in_one_call_is_the_same_search(spec, add_noise, simulations, ezv2_tree):
     """The sampled search sends the root's first visits to the network together: one call
     of 16 * B rows instead of 16 calls of B.  With a model whose rows do not interact, the
-    search is the same to the bit: candidates, visits, values, improved policy, action."""
+    search is the same to the bit: candidates, visits, values, improved policy, action (with
+    either tree's conventions)."""
     batch, hidden = 3, 4
     rng = np.random.default_rng(1)
     weights = rng.standard_normal((hidden + spec.dims, spec.policy_size)).astype(np.float32)
@@ -191,7 +193,7 @@ def test_the_first_round_in_one_call_is_the_same_search(spec, add_noise, simulat
 
     root = RootOutput(rng.standard_normal((batch, hidden)).astype(np.float32), np.zeros(batch, np.float32),
                       np.zeros(batch, np.float32), rng.standard_normal((batch, spec.policy_size)).astype(np.float32))
-    config = SearchConfig(num_simulations=simulations, add_noise=add_noise)
+    config = SearchConfig(num_simulations=simulations, add_noise=add_noise, ezv2_tree=ezv2_tree)
     together = search(root, recurrent_fn, config, np.random.default_rng(4), action_spec=spec)
     calls_together, calls[:] = list(calls), []
     alone = search(root, recurrent_fn, config, np.random.default_rng(4), action_spec=spec, first_visits_together=False)

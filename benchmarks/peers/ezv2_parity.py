@@ -17,7 +17,7 @@ function of hidden state and action) and draw their candidates from one table of
 normal noise: ours through ``ez_robot.action_modes.sample_candidates`` with its Gaussian draws
 replaced by the table, theirs through their own ``sample_actions`` with their squashed normal
 replaced by one that reads the same table.  The same Gumbel noise goes to both.  Their
-driver and C++ tree and ours run unchanged.  A third search, ``_ezv2_reftree.py``, has one
+driver and C++ tree and ours run unchanged.  A third search, ``tests/reference_ezv2_tree.py``, has one
 switch per convention; it must reproduce each code exactly with all switches on that code's
 side, and one-switch-at-a-time runs then say what each convention alone changes.
 
@@ -51,7 +51,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parents[1]))
 
-import _ezv2_reftree as ref  # noqa: E402
+from tests import reference_ezv2_tree as ref  # noqa: E402
 from ez_robot import action_modes as our_policies  # noqa: E402
 from ez_robot import mcts as our_search_module  # noqa: E402
 from ez_robot.mcts import RootOutput, SearchConfig, search  # noqa: E402
@@ -520,22 +520,22 @@ ROWS = [
      "reanalyze and eval)", "drawn whenever add_noise (self-play, reanalyze); off at eval",
      "Gumbel top-k + sequential halving", "none separate from add_noise (harness injects g=0)"),
     ("root value", ("root_value_counts_prior",), "mean over [v_net(root)] + 32 backups (33 entries)",
-     "mean over the 32 backups", "Gumbel/MuZero: mean of backups", "none (harness: (v0 + N*ours)/(1+N))"),
+     "mean over the 32 backups", "Gumbel/MuZero: mean of backups", "search.ezv2_tree=true"),
     ("v_mix of unvisited children", ("vmix_running_mean",),
      "(V_mean(node) + N_node*sum pi q/sum pi)/(1+N_node), V_mean the node's running mean, N_node its own visits",
-     "(v_net + S*sum pi q/sum pi)/(1+S), S = sum of children visits", "Danihelka et al. (=ours)", "none"),
+     "(v_net + S*sum pi q/sum pi)/(1+S), S = sum of children visits", "Danihelka et al. (=ours)", "search.ezv2_tree=true"),
     ("interior selection denominator", ("interior_self_visit",), "pi'(a) - N(a)/(1 + N_node), N_node = 1+sum N(b)",
-     "pi'(a) - N(a)/(1 + sum N(b))", "Danihelka et al. (=ours)", "none"),
+     "pi'(a) - N(a)/(1 + sum N(b))", "Danihelka et al. (=ours)", "search.ezv2_tree=true"),
     ("min-max entries", ("minmax_path_returns",), "r + g*G (the sampled path return) at each level",
-     "r + g*mean value of the child", "MuZero: Q values (=ours)", "none"),
+     "r + g*mean value of the child", "MuZero: Q values (=ours)", "search.ezv2_tree=true"),
     ("min-max root entry", ("minmax_root_entry",), "also g*G_root (the root's reward is read as 0)",
-     "no root entry", "none", "none"),
+     "no root entry", "none", "search.ezv2_tree=true"),
     ("min-max with no spread", ("normalize_flat_raw",), "q itself, clipped to [0,1]", "(q - lo)/eps, 0 with no entries",
-     "not stated", "none"),
+     "not stated", "search.ezv2_tree=true"),
     ("halving order", ("halving_at_phase_end",),
      "survivors ranked at phase ends (their python schedule), visited in ranked order",
      "per simulation: best-scoring candidate with the visit count the schedule asks", "Danihelka et al. (both fit)",
-     "none"),
+     "search.ezv2_tree=true"),
 ]
 
 
@@ -577,22 +577,19 @@ def search_section(ez: EZV2, verbose: bool = False) -> list[dict]:
         conv_ours = ours_conventions(our_cfg, case, greedy)
         ref_ours = run_ref(case, roots, gumbel, conv_ours)
 
-        # ours aligned through its switches (+ the harness-side g=0 / no-mode), and the reference at V2's side
+        # ours aligned through its switches (search.ezv2_tree for the tree; + the harness-side g=0 /
+        # no-mode), and the reference at V2's side
         aligned_cfg = our_cfg.replace(discount=ez.discount, proposal_correction=False, candidate_bound=0.999,
-                                      interior_candidates=2, root_policy_samples=4 if case.add_noise else K)
+                                      interior_candidates=2, root_policy_samples=4 if case.add_noise else K,
+                                      ezv2_tree=True)
         ours_aligned = run_ours(case, roots, g_used, aligned_cfg, no_mode=True)
         conv_v2 = ezv2_conventions(ez, case)
         ref_v2 = run_ref(case, roots, g_used, conv_v2)
-        ref_ours_aligned = run_ref(case, roots, g_used, dataclasses.replace(conv_v2, **ref.OURS_TREE))
-
-        adjusted = dict(ours_aligned)  # harness-side: count the root's network value like V2
-        adjusted["root_values"] = (roots[1].astype(np.float32).astype(np.float64)
-                                   + case.sims * ours_aligned["root_values"]) / (1 + case.sims)
 
         row = dict(case=case, theirs=theirs, ours=ours, probe_ok=probe_ok,
-                   ref_vs_ours=compare(ref_ours, ours), ref_vs_ours_aligned=compare(ref_ours_aligned, ours_aligned),
+                   ref_vs_ours=compare(ref_ours, ours), ref_vs_ours_aligned=compare(ref_v2, ours_aligned),
                    ref_vs_theirs=compare(ref_v2, theirs), shipped_vs_theirs=compare(ours, theirs),
-                   aligned_vs_theirs=compare(ours_aligned, theirs), aligned_adj_vs_theirs=compare(adjusted, theirs))
+                   aligned_vs_theirs=compare(ours_aligned, theirs))
         # one convention at a time: V2's side everywhere except this row, at ours
         loo = {}
         for name, fields, *_ in ROWS:
@@ -626,8 +623,7 @@ def search_section(ez: EZV2, verbose: bool = False) -> list[dict]:
     for r in results:
         print(f"  {r['case'].name:14s} ours as shipped:       {fmt(r['shipped_vs_theirs'])}")
         print(f"  {'':14s} ours, switches aligned: {fmt(r['aligned_vs_theirs'])}")
-        print(f"  {'':14s} + root value adjusted:  {fmt(r['aligned_adj_vs_theirs'])}")
-        print(f"  {'':14s} reference with our tree conventions, V2's driver ones: {fmt(r['ref_vs_ours_aligned'])}")
+        print(f"  {'':14s} reference at V2's side vs ours aligned: {fmt(r['ref_vs_ours_aligned'])}")
     print("\ncompleted Q of the root candidates no simulation reached (their v_mix), max abs diff:")
     for r in results:
         u = r.get("unvisited_q")

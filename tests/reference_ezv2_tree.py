@@ -1,8 +1,9 @@
 """A plain-Python Gumbel tree with one switch per convention on which ez-robot's search and
-EfficientZero V2's continuous search differ (used by ezv2_parity.py, which checks it against
-both: with every switch at ez-robot's side it must reproduce ``ez_robot._search.search``, with
-every switch at V2's side V2's own ``CyMCTS.search_continuous``).  Flipping one switch at a
-time then measures what each convention alone does to the outputs.
+EfficientZero V2's continuous search differ.  benchmarks/peers/ezv2_parity.py checks it
+against both: with every switch at ez-robot's side it must reproduce ``ez_robot.mcts.search``,
+with every switch at V2's side V2's own ``CyMCTS.search_continuous``; flipping one switch at a
+time then measures what each convention alone does to the outputs.  tests/test_ezv2_tree.py
+checks ``search.ezv2_tree`` against it at V2's side.
 
 Written from the two searches' behaviour as the harness documents it (ez-robot: ctree/tree.cpp;
 V2: their ez/mcts/ctree and ez/mcts/cy_mcts.py, read, not copied).  float64 throughout; the
@@ -266,7 +267,8 @@ class _Tree:
         if self.c.halving_at_phase_end and self.sims in self.phase_ends:
             s, _ = self.scores(0, True)
             ranked = sorted(range(len(self.selected)), key=lambda i: (-s[self.selected[i]], i))
-            self.selected = [self.selected[i] for i in ranked[:self.phase_ends[self.sims]]]
+            keep = max(self.phase_ends[self.sims], 1)  # V2's schedule can halve 1 survivor to 0: keep it
+            self.selected = [self.selected[i] for i in ranked[:keep]]
         self.sims += 1
 
     def _update(self, v):
