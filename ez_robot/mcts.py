@@ -87,6 +87,8 @@ class SearchConfig:
     """Sampled modes: the tree follows EfficientZero V2's released code where it differs from
     the Gumbel paper and ours (root value, v_mix, interior selection, min-max statistics,
     the halving order; ``ctree/tree.h`` lists them)."""
+    played_policy: bool = False
+    """Sampled modes: ``policy`` is the played candidate's one-hot (train.policy_target=played)."""
     c_visit: float = 50.0
     """Sampled modes (Gumbel search): sigma(q) = (c_visit + max_b N(b)) c_scale q."""
     c_scale: float = 0.1
@@ -371,7 +373,7 @@ def gumbel_policy(root: RootOutput, recurrent_fn: RecurrentFn, config: SearchCon
         visit_counts=tree.root_visit_counts(),
         root_values=tree.root_values(),
         root_q_values=tree.root_completed_q(),
-        policy=tree.improved_policy(),
+        policy=np.eye(count, dtype=np.float32)[chosen] if config.played_policy else tree.improved_policy(),
         actions=candidates[np.arange(batch), chosen],
         max_depth=max_depth,
         mean_depth=mean_depth,

@@ -230,3 +230,28 @@ def test_gumbel_noise_off_searches_with_g_zero(spec):
         top = np.flatnonzero(visits[b] == visits[b].max())
         chosen = int(np.flatnonzero((out.candidates[b] == out.actions[b]).all(-1))[0])
         assert chosen in top
+
+
+@SPECS
+@pytest.mark.parametrize("add_noise", [True, False], ids=["self-play", "greedy"])
+def test_a_played_policy_target_is_the_one_hot_of_the_played_candidate(spec, add_noise):
+    """search.played_policy (train.policy_target=played): the same search, whose policy is
+    the one-hot of the candidate it played instead of the improved policy."""
+    batch, hidden = 5, 3
+    rng = np.random.default_rng(7)
+    weights = rng.standard_normal((hidden + spec.dims, spec.policy_size)).astype(np.float32)
+
+    def recurrent_fn(h, actions, reset_mask):
+        features = np.concatenate([h, actions], axis=1)
+        return np.tanh(h + actions.sum(1, keepdims=True)), np.zeros(len(actions)), features[:, 0], features @ weights
+
+    root = RootOutput(rng.standard_normal((batch, hidden)).astype(np.float32), np.zeros(batch), np.zeros(batch),
+                      rng.standard_normal((batch, spec.policy_size)).astype(np.float32))
+    config = SearchConfig(num_simulations=32, add_noise=add_noise)
+    improved = search(root, recurrent_fn, config, np.random.default_rng(3), action_spec=spec)
+    played = search(root, recurrent_fn, config.replace(played_policy=True), np.random.default_rng(3), action_spec=spec)
+    for field in ("candidates", "visit_counts", "root_values", "root_q_values", "actions"):
+        np.testing.assert_array_equal(getattr(played, field), getattr(improved, field), err_msg=field)
+    chosen = [int(np.flatnonzero((played.candidates[b] == played.actions[b]).all(-1))[0]) for b in range(batch)]
+    np.testing.assert_array_equal(played.policy, np.eye(played.candidates.shape[1], dtype=np.float32)[chosen])
+    assert played.policy.dtype == np.float32 and not np.allclose(improved.policy, played.policy)

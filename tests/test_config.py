@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from ez_robot.config import (ConfigError, PRESET_DIR, RECIPE_DIR, config_from_dict, config_to_dict,
-                             load_config, parse_budget, parse_override, recipe_overrides, with_search_overrides)
+                             load_config, parse_budget, parse_override, recipe_overrides, search_config,
+                             with_search_overrides)
 
 
 def test_atari_preset_is_the_paper_table():
@@ -108,13 +109,19 @@ def test_overrides_and_round_trip():
     ("replay.priority_alpha=2", r"replay.priority_alpha must be in \[0, 1\]"),
     ("train.optimizer=rmsprop", r"train.optimizer must be 'sgd' or 'adam'"),
     ("train.entropy=tanh", r"train.entropy must be 'pre_squash' or 'squashed'"),
-    ("train.policy_target=argmax", r"train.policy_target must be 'full' or 'best'"),
+    ("train.policy_target=argmax", r"train.policy_target must be 'full', 'best' or 'played'"),
+    ("train.policy_target=played", r"train.policy_target=played needs a sampled action mode"),
     ("train.compile=max-autotune", r"train.compile must be 'none', 'default' or 'reduce-overhead'"),
     ("lr", r"bad --set 'lr': write key=value"),
 ])
 def test_bad_overrides_name_the_key(override, match):
     with pytest.raises(ConfigError, match=match):
         load_config("cartpole_swingup", overrides=[override])
+
+
+def test_a_played_policy_target_makes_the_search_output_the_played_candidate():
+    config = load_config("cheetah_run", overrides=["train.policy_target=played"])
+    assert search_config(config).played_policy and not search_config(load_config("cheetah_run")).played_policy
 
 
 @pytest.mark.parametrize("text,value", [("100k", 100_000), ("1.5M", 1_500_000), ("30000", 30_000), ("2K", 2000),

@@ -212,7 +212,11 @@ def load_config(task: str, *, obs: str = "state", budget: str | int | None = Non
     _merge(values, preset_modes.get(mode) or {}, f"{path.name} modes.{mode}")
     values.update(user)
     values["env.action_mode"] = mode
-    return _build(values, preset=path.name)
+    config = _build(values, preset=path.name)
+    if config.train.policy_target == "played" and mode == "joint":
+        raise ConfigError("train.policy_target=played needs a sampled action mode (env.action_mode=gaussian or "
+                          "factorized); the joint mode's target is the visit distribution: use full or best")
+    return config
 
 
 def _build(values: Mapping[str, Any], preset: str = "") -> Config:
@@ -270,8 +274,11 @@ def with_search_overrides(config: Config, overrides: Iterable[str]) -> Config:
 def search_config(config: Config) -> SearchConfig:
     """The search a run's networks are searched with: ``config.search``, except that
     without the value-prefix LSTM (ablation) the network predicts per-step rewards, so
-    every node is its own reset boundary and the tree reads each prediction as a reward."""
-    return config.search if config.train.value_prefix else config.search.replace(lstm_horizon=1)
+    every node is its own reset boundary and the tree reads each prediction as a reward;
+    and with ``train.policy_target=played`` the search's policy target is the played
+    candidate's one-hot."""
+    search = config.search.replace(played_policy=config.train.policy_target == "played")
+    return search if config.train.value_prefix else search.replace(lstm_horizon=1)
 
 
 def config_to_dict(config: Config) -> dict:

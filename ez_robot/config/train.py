@@ -15,7 +15,7 @@ __all__ = ["TrainConfig"]
 
 OPTIMIZERS = ("sgd", "adam")
 STEP_WEIGHTS = ("muzero", "paper")
-POLICY_TARGETS = ("full", "best")
+POLICY_TARGETS = ("full", "best", "played")
 ENTROPIES = ("pre_squash", "squashed")
 VALUE_TARGETS = ("dynamic", "mixed")
 INFERENCE_BACKENDS = ("onnxruntime", "torch")
@@ -93,7 +93,9 @@ class TrainConfig:
     counts, or the improved policy over the sampled candidates: -sum_i pi'(a_i) log pi(a_i));
     ``best``, only its most likely action (-log pi(a*); EfficientZero V2 trains policies over
     more than one action dimension so, its "simple" loss, there with the Gumbel search's
-    winner, here the noise-free argmax of the same improved policy)."""
+    winner, here the noise-free argmax of the same improved policy); ``played`` (sampled
+    modes), only the candidate the search played (-log pi(a_played); the stored target is
+    its one-hot), as EfficientZero V2's released code does."""
 
     # --- sampled action modes ---
     entropy_coef: float = 0.01
