@@ -139,7 +139,7 @@ class PolicyLoss:
 
     def __init__(self, spec, train):
         self.spec, self.best = spec, train.policy_target == "best"
-        self.entropy_coef, self.squashed = train.entropy_coef, train.entropy == "squashed"
+        self.entropy_coef, self.entropy = train.entropy_coef, train.entropy
 
     def __call__(self, unrolled: Unroll, batch: Batch, targets: Targets) -> dict:
         like = unrolled.hidden[0]
@@ -151,14 +151,14 @@ class PolicyLoss:
                     * mask[:, u] for u, params in enumerate(unrolled.policy_logits)]
         terms = {"policy_loss": per_step[0], "unrolled_policy_loss": sum(per_step[1:])}
         if candidates is not None:
-            terms["policy_entropy"] = policy_entropy(self.spec, unrolled.policy_logits[0].detach(), self.squashed)
+            terms["policy_entropy"] = policy_entropy(self.spec, unrolled.policy_logits[0].detach(), self.entropy)
         return terms
 
     def _cross_entropy(self, params: torch.Tensor, target: torch.Tensor, candidates: torch.Tensor | None):
         if candidates is None:
             return cross_entropy(params, target)
         log_pi = policy_log_prob(self.spec, params, candidates)
-        return -(target * log_pi).sum(-1) - self.entropy_coef * policy_entropy(self.spec, params, self.squashed)
+        return -(target * log_pi).sum(-1) - self.entropy_coef * policy_entropy(self.spec, params, self.entropy)
 
 
 class ValuePrefixLoss:

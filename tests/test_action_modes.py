@@ -121,16 +121,45 @@ def test_the_squashed_entropy_is_that_of_the_actions_and_bounded():
     std = torch.nn.functional.softplus(params[:, 3:] + 1.0) + STD_MIN
     actions = torch.tanh(mean.unsqueeze(1) + std.unsqueeze(1) * torch.randn(4, 200_000, 3, dtype=torch.float64))
     sampled = -policy_log_prob(GAUSSIAN, params, actions).mean(-1)
-    np.testing.assert_allclose(policy_entropy(GAUSSIAN, params, squashed=True).numpy(), sampled.numpy(), atol=0.02)
+    np.testing.assert_allclose(policy_entropy(GAUSSIAN, params, "squashed").numpy(), sampled.numpy(), atol=0.02)
 
     widths = torch.linspace(-2.0, 8.0, 41, dtype=torch.float64, requires_grad=True)
     wide = torch.cat([torch.zeros(41, 3, dtype=torch.float64), widths[:, None].expand(41, 3)], dim=1)
-    squashed = policy_entropy(GAUSSIAN, wide, squashed=True)
+    squashed = policy_entropy(GAUSSIAN, wide, "squashed")
     assert (squashed <= 3 * math.log(2.0) + 1e-9).all()
     (grad,) = torch.autograd.grad(squashed.sum(), widths)
     assert (grad[widths > 1.0] < 0).all() and (grad[widths < -1.0] > 0).all()
     (pre_grad,) = torch.autograd.grad(policy_entropy(GAUSSIAN, wide).sum(), widths)
     assert (pre_grad > 0).all()
+
+
+def test_the_clipped_entropy_is_what_v2s_sampled_estimate_averages_to():
+    """train.entropy=clipped: EfficientZero V2's estimate (draws a = clip(tanh(x), +-0.999),
+    -mean of log N(atanh a) - log(1 - a^2), reparameterized) averaged over many draws, in
+    value and gradient; at wide stds it is flat where the squashed entropy keeps falling."""
+    torch.manual_seed(4)
+    raw = torch.tensor([[0.0, 2.0, -3.0, 4.5, 2.0, -1.0], [0.3, -4.0, 1.0, -2.0, 0.5, 6.0]], dtype=torch.float64)
+    params = raw.clone().requires_grad_()
+    exact = policy_entropy(GAUSSIAN, params, "clipped")
+    (exact_grad,) = torch.autograd.grad(exact.sum(), params)
+
+    drawn = raw.clone().requires_grad_()
+    mean = MEAN_BOUND * torch.tanh(drawn[:, :3] / MEAN_BOUND)
+    std = torch.nn.functional.softplus(drawn[:, 3:] + 1.0) + STD_MIN
+    x = mean.unsqueeze(1) + std.unsqueeze(1) * torch.randn(2, 400_000, 3, dtype=torch.float64)
+    a = torch.tanh(x).clamp(-0.999, 0.999)
+    z = (torch.atanh(a) - mean.unsqueeze(1)) / std.unsqueeze(1)
+    log_pi = -0.5 * z * z - torch.log(std).unsqueeze(1) - 0.5 * math.log(2 * math.pi) - torch.log(1 - a * a)
+    sampled = -log_pi.sum(-1).mean(-1)
+    (sampled_grad,) = torch.autograd.grad(sampled.sum(), drawn)
+    np.testing.assert_allclose(exact.detach().numpy(), sampled.detach().numpy(), atol=0.02)
+    np.testing.assert_allclose(exact_grad.numpy(), sampled_grad.numpy(), atol=0.03)
+
+    widths = torch.tensor([6.0, 8.0, 10.0], dtype=torch.float64, requires_grad=True)  # stds ~7 to ~11
+    wide = torch.cat([torch.zeros(3, 3, dtype=torch.float64), widths[:, None].expand(3, 3)], dim=1)
+    (clipped_grad,) = torch.autograd.grad(policy_entropy(GAUSSIAN, wide, "clipped").sum(), widths)
+    (squashed_grad,) = torch.autograd.grad(policy_entropy(GAUSSIAN, wide, "squashed").sum(), widths)
+    assert (clipped_grad.abs() < 0.1 * squashed_grad.abs()).all() and (squashed_grad < 0).all()
 
 
 def test_wrong_policy_shapes_are_named():

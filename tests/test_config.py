@@ -108,7 +108,7 @@ def test_overrides_and_round_trip():
     ("env.obs=pixels", r"--set env.obs=pixels disagrees with --obs state"),
     ("replay.priority_alpha=2", r"replay.priority_alpha must be in \[0, 1\]"),
     ("train.optimizer=rmsprop", r"train.optimizer must be 'sgd' or 'adam'"),
-    ("train.entropy=tanh", r"train.entropy must be 'pre_squash' or 'squashed'"),
+    ("train.entropy=tanh", r"train.entropy must be 'pre_squash', 'squashed' or 'clipped'"),
     ("train.policy_target=argmax", r"train.policy_target must be 'full', 'best' or 'played'"),
     ("train.policy_target=played", r"train.policy_target=played needs a sampled action mode"),
     ("train.compile=max-autotune", r"train.compile must be 'none', 'default' or 'reduce-overhead'"),

@@ -16,7 +16,7 @@ __all__ = ["TrainConfig"]
 OPTIMIZERS = ("sgd", "adam")
 STEP_WEIGHTS = ("muzero", "paper")
 POLICY_TARGETS = ("full", "best", "played")
-ENTROPIES = ("pre_squash", "squashed")
+ENTROPIES = ("pre_squash", "squashed", "clipped")
 VALUE_TARGETS = ("dynamic", "mixed")
 INFERENCE_BACKENDS = ("onnxruntime", "torch")
 COMPILE_MODES = ("none", "default", "reduce-overhead")
@@ -103,8 +103,10 @@ class TrainConfig:
     entropy: str = "pre_squash"
     """Gaussian mode: the entropy that bonus (and the ``policy_entropy`` metric) measures:
     ``pre_squash``, the Gaussian before tanh (closed form, unbounded: it rewards stds that
-    pile the actions onto the bounds), or ``squashed``, that of the actions in [-1, 1]
-    (EfficientZero V2's; bounded by dims x log 2)."""
+    pile the actions onto the bounds), ``squashed``, that of the actions in [-1, 1]
+    (bounded by dims x log 2), or ``clipped``, what EfficientZero V2's released code
+    estimates from 1024 draws: -E[log pi(a)] with the actions clipped to +-0.999, where the
+    density is read at the clip (flat for wide stds, it stops rewarding width there)."""
     model_gradient_coef: float = 0.0
     """Gaussian mode: weight of a policy-improvement term that does not go through the
     search's targets.  At every unrolled hidden state s the policy draws a = tanh(mu + std e)
