@@ -376,22 +376,30 @@ int Arena::improved_policy_at(int tree, size_t id, double* pi) const {
     return visits_sum;
 }
 
-int Arena::select_gumbel_root(int tree, size_t id) {
-    // Sequential halving: the candidate whose visit count the sequence asks for now,
-    // with the best g + log pi + sigma(q_hat).
+void Arena::root_scores(int tree, bool with_noise, double* score) const {
+    size_t id = node_id(tree, 0);
     double* q = q_scratch_.data();
     int visits_sum, visits_max;
     completed_q(tree, id, q, visits_sum, visits_max);
     const double scale = sigma_scale(visits_max);
     const double* log_p = log_prior_of(id);
     const double* g = &gumbel_[(size_t)tree * A_];
+    for (int a = 0; a < A_; ++a)
+        score[a] = is_valid(id, a) ? (with_noise ? g[a] : 0.0) + log_p[a] + scale * normalized(tree, q[a]) : -kInf;
+}
+
+int Arena::select_gumbel_root(int tree, size_t id) {
+    // Sequential halving: the candidate whose visit count the sequence asks for now,
+    // with the best g + log pi + sigma(q_hat).
+    double* scores = score_scratch_.data();
+    root_scores(tree, true, scores);
     const uint8_t* considered = &considered_[(size_t)tree * A_];
     const int wanted = visit_sequence_[(size_t)tree * S_ + sims_done_];
     double best = -kInf, best_any = -kInf;
     int best_action = -1, best_any_action = -1;
     for (int a = 0; a < A_; ++a) {
         if (!considered[a]) continue;
-        double score = g[a] + log_p[a] + scale * normalized(tree, q[a]);
+        double score = scores[a];
         if (score > best_any) {
             best_any = score;
             best_any_action = a;
@@ -420,20 +428,10 @@ int Arena::select_ezv2_root(int tree, size_t id) const {
 }
 
 void Arena::rank_survivors(int tree, int keep) {
-    size_t id = node_id(tree, 0);
-    double* q = q_scratch_.data();
-    int visits_sum, visits_max;
-    completed_q(tree, id, q, visits_sum, visits_max);
-    const double scale = sigma_scale(visits_max);
-    const double* log_p = log_prior_of(id);
-    const double* g = &gumbel_[(size_t)tree * A_];
     double* score = score_scratch_.data();
+    root_scores(tree, true, score);
     int32_t* survivors = &survivors_[(size_t)tree * A_];
     const int n = num_survivors_[tree];
-    for (int i = 0; i < n; ++i) {
-        int a = survivors[i];
-        score[a] = g[a] + log_p[a] + scale * normalized(tree, q[a]);
-    }
     std::stable_sort(survivors, survivors + n, [score](int32_t x, int32_t y) { return score[x] > score[y]; });
     num_survivors_[tree] = std::min(n, keep);
 }
@@ -648,12 +646,8 @@ void Arena::best_actions(bool with_noise, int64_t* out) const {
             continue;
         }
         size_t id = node_id(b, 0);
-        double* q = q_scratch_.data();
-        int visits_sum, visits_max;
-        completed_q(b, id, q, visits_sum, visits_max);
-        const double scale = sigma_scale(visits_max);
-        const double* log_p = log_prior_of(id);
-        const double* g = &gumbel_[(size_t)b * A_];
+        double* scores = score_scratch_.data();
+        root_scores(b, with_noise, scores);
         const uint8_t* considered = &considered_[(size_t)b * A_];
         // The survivors of sequential halving: the considered children visited most.
         int most = -1;
@@ -664,10 +658,8 @@ void Arena::best_actions(bool with_noise, int64_t* out) const {
         int64_t best_action = 0;
         for (int a = 0; a < A_; ++a) {
             if (!considered[a] || child_visits(b, id, a) != most) continue;
-            double base = with_noise ? g[a] + log_p[a] : log_p[a];
-            double score = base + scale * normalized(b, q[a]);
-            if (score > best) {
-                best = score;
+            if (scores[a] > best) {
+                best = scores[a];
                 best_action = a;
             }
         }

@@ -161,6 +161,9 @@ private:
     int select_gumbel_root(int tree, size_t id);
     int select_gumbel_interior(int tree, size_t id);
     int select_ezv2_root(int tree, size_t id) const;
+    // g + log pi + sigma(normalized completed Q) of each root child of `tree` into score [A]
+    // (g left out without `with_noise`; -inf where masked).
+    void root_scores(int tree, bool with_noise, double* score) const;
     // ezv2_tree: keeps the `keep` survivors with the best g + log pi + sigma(q) (ties: rank).
     void rank_survivors(int tree, int keep);
     // Min-max normalization of q in `tree` (ezv2_tree: V2's, with no spread q itself).

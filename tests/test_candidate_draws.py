@@ -205,12 +205,9 @@ def test_the_first_round_in_one_call_is_the_same_search(spec, add_noise, simulat
         np.testing.assert_array_equal(getattr(together, field), getattr(alone, field), err_msg=field)
 
 
-@SPECS
-def test_gumbel_noise_off_searches_with_g_zero(spec):
-    """search.gumbel_noise=false: a self-play search draws no Gumbel noise, and it plays
-    what the noise-free read-out of the same tree names; with it on, one draw per search."""
-    batch, hidden = 4, 3
-    rng = np.random.default_rng(2)
+def linear_problem(spec, batch, seed, hidden=3):
+    """Random roots of ``batch`` rows and a recurrent function linear in state and action."""
+    rng = np.random.default_rng(seed)
     weights = rng.standard_normal((hidden + spec.dims, spec.policy_size)).astype(np.float32)
 
     def recurrent_fn(h, actions, reset_mask):
@@ -219,6 +216,15 @@ def test_gumbel_noise_off_searches_with_g_zero(spec):
 
     root = RootOutput(rng.standard_normal((batch, hidden)).astype(np.float32), np.zeros(batch), np.zeros(batch),
                       rng.standard_normal((batch, spec.policy_size)).astype(np.float32))
+    return root, recurrent_fn
+
+
+@SPECS
+def test_gumbel_noise_off_searches_with_g_zero(spec):
+    """search.gumbel_noise=false: a self-play search draws no Gumbel noise, and it plays
+    what the noise-free read-out of the same tree names; with it on, one draw per search."""
+    batch = 4
+    root, recurrent_fn = linear_problem(spec, batch, seed=2)
     for noise, calls in ((True, 1), (False, 0)):
         generator = CountingGenerator(5)
         config = SearchConfig(num_simulations=32, gumbel_noise=noise)
@@ -237,16 +243,8 @@ def test_gumbel_noise_off_searches_with_g_zero(spec):
 def test_a_played_policy_target_is_the_one_hot_of_the_played_candidate(spec, add_noise):
     """search.played_policy (train.policy_target=played): the same search, whose policy is
     the one-hot of the candidate it played instead of the improved policy."""
-    batch, hidden = 5, 3
-    rng = np.random.default_rng(7)
-    weights = rng.standard_normal((hidden + spec.dims, spec.policy_size)).astype(np.float32)
-
-    def recurrent_fn(h, actions, reset_mask):
-        features = np.concatenate([h, actions], axis=1)
-        return np.tanh(h + actions.sum(1, keepdims=True)), np.zeros(len(actions)), features[:, 0], features @ weights
-
-    root = RootOutput(rng.standard_normal((batch, hidden)).astype(np.float32), np.zeros(batch), np.zeros(batch),
-                      rng.standard_normal((batch, spec.policy_size)).astype(np.float32))
+    batch = 5
+    root, recurrent_fn = linear_problem(spec, batch, seed=7)
     config = SearchConfig(num_simulations=32, add_noise=add_noise)
     improved = search(root, recurrent_fn, config, np.random.default_rng(3), action_spec=spec)
     played = search(root, recurrent_fn, config.replace(played_policy=True), np.random.default_rng(3), action_spec=spec)
