@@ -24,8 +24,7 @@ import numpy as np
 
 from ez_robot.action_modes import ActionSpec
 from ez_robot.errors import BundleError
-from ez_robot.mcts import SearchConfig
-
+from ez_robot.search_config import SearchConfig
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "READABLE_VERSIONS", "MANIFEST_FILE", "GraphSignature", "INITIAL",
            "RECURRENT", "GRAPHS", "ObservationSection", "HiddenSection", "ActionSection", "Manifest",
            "read_manifest", "file_hashes", "sha256"]

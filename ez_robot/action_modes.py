@@ -30,7 +30,7 @@ switched off (``correction=False``: the prior is beta_hat alone, as EfficientZer
 The policies' densities (:func:`gaussian_params`, :func:`factorized_log_probs`,
 :func:`log_prob`) are written once, over the array operations of :class:`ArrayOps`: numpy
 (:data:`NUMPY`, in float64) for the search and the onboard runtime, torch
-(``ez_robot.networks.TORCH``, in the policy head's dtype) for the loss.  This module
+(``ez_robot.torch_policies.TORCH``, in the policy head's dtype) for the loss.  This module
 never imports torch: the onboard runtime runs without it.
 """
 from __future__ import annotations

@@ -15,7 +15,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ez_robot.mcts import SearchConfig, visit_policy
+from ez_robot.mcts import visit_policy
+from ez_robot.search_config import SearchConfig
 from ez_robot.envs.guard import ENV_ERROR
 from ez_robot.envs.wrappers import TASK_REWARD
 from ez_robot.inference import run_search

@@ -18,7 +18,8 @@ import torch
 from ez_robot.export.bundle import INITIAL, RECURRENT
 from ez_robot.export.onnx_graphs import export_network
 from ez_robot.export.runtime import Networks, session_options
-from ez_robot.mcts import SearchConfig, SearchOutput, search
+from ez_robot.mcts import SearchOutput, search
+from ez_robot.search_config import SearchConfig
 from ez_robot.torch_inference import TorchInference
 
 __all__ = ["OnnxInference", "make_inference", "run_search", "INFERENCE_BACKENDS"]

@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from ez_robot.batch import Batch
 from ez_robot.errors import ConfigError
 from ez_robot.loss_terms import DIAGNOSTICS, ROOT, TERMS, UNROLLED
-from ez_robot.networks import (gaussian_policy, policy_entropy, policy_log_prob, scalar_to_support, scale_gradient,
-                               support_to_scalar)
+from ez_robot.networks import scalar_to_support, scale_gradient, support_to_scalar
 from ez_robot.targets import Targets
+from ez_robot.torch_policies import gaussian_policy, policy_entropy, policy_log_prob
 
 __all__ = ["ModelCalls", "Unroll", "unroll", "cross_entropy", "ValueLoss", "PolicyLoss", "ValuePrefixLoss",
            "ConsistencyLoss", "EfficientZeroLoss", "ModelGradient"]

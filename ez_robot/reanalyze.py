@@ -23,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ez_robot.batch import Batch
-from ez_robot.mcts import SearchConfig, visit_policy
+from ez_robot.mcts import visit_policy
+from ez_robot.search_config import SearchConfig
 from ez_robot.config import search_config
 from ez_robot.inference import run_search
 from ez_robot.torch_inference import TorchInference

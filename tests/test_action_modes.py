@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from ez_robot import search
-from ez_robot.mcts import SearchConfig
+from ez_robot.search_config import SearchConfig
 from ez_robot.config import ConfigError, load_config
-from ez_robot.networks import make_network, policy_entropy, policy_log_prob
+from ez_robot.networks import make_network
+from ez_robot.torch_policies import policy_entropy, policy_log_prob
 from ez_robot.action_modes import MEAN_BOUND, STD_MIN, ActionSpec, bin_values, log_prob, mode_action, sample_candidates
 
 GAUSSIAN = ActionSpec("gaussian", dims=3)
@@ -292,7 +293,7 @@ def test_the_model_gradient_term_climbs_the_models_q():
     alone, the term (and
     nothing else training the policy) moves the policy's mean up that dimension, not the others."""
     from ez_robot.learner import Learner
-    from ez_robot.networks import gaussian_policy
+    from ez_robot.torch_policies import gaussian_policy
 
     config, net = model_gradient_setup("train.policy_loss_coef=0", "train.optimizer=adam", "train.lr=0.01",
                                        "train.lr_final=0.01", "train.model_gradient_coef=1")

@@ -194,7 +194,7 @@ def test_widened_log_probs_are_the_widened_policies_in_numpy_and_torch():
     """log_prob(scale=s): the categoricals at temperature s, the Gaussian with s x its std;
     the torch namespace runs the same formula (float32 against numpy's float64)."""
     from ez_robot.action_modes import ActionSpec, bin_values, gaussian_params, log_prob
-    from ez_robot.networks import TORCH
+    from ez_robot.torch_policies import TORCH
 
     rng = np.random.default_rng(0)
     factorized, gaussian = ActionSpec("factorized", dims=3, bins=5), ActionSpec("gaussian", dims=3)

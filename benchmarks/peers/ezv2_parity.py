@@ -54,7 +54,8 @@ sys.path.insert(0, str(HERE.parents[1]))
 from tests import reference_ezv2_tree as ref  # noqa: E402
 from ez_robot import action_modes as our_policies  # noqa: E402
 from ez_robot import mcts as our_search_module  # noqa: E402
-from ez_robot.mcts import RootOutput, SearchConfig, search  # noqa: E402
+from ez_robot.mcts import RootOutput, search  # noqa: E402
+from ez_robot.search_config import SearchConfig
 from ez_robot.action_modes import ActionSpec, gaussian_params  # noqa: E402
 
 K = 16          # candidates per root (both: num_sampled_actions / num_candidates)

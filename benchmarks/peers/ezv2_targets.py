@@ -510,7 +510,7 @@ def v2_loss(v2, cfg, agent, batch, net, step_count, buffer):
 
 def ours_config(**train):
     from ez_robot.config import Config, EnvConfig, ModelConfig, ReplayConfig, TrainConfig
-    from ez_robot.mcts import SearchConfig
+    from ez_robot.search_config import SearchConfig
     base = dict(optimizer="adam", lr=3e-4, lr_final=3e-4, weight_decay=2e-5, entropy_coef=0.05, value_loss_coef=0.5,
                 value_prefix=False, budget=1000, batch_size=len(POSITIONS), train_steps_per_agent_step=1.0,
                 reanalyze_policy_ratio=1.0)
@@ -541,7 +541,7 @@ def ours_targets(ep, train_step, total, train):
     from ez_robot.replay import SampleRef
     from ez_robot.batch import gather_batch as prepare_context
     from ez_robot.targets import network_bootstraps, value_horizons
-    from ez_robot.mcts import SearchConfig
+    from ez_robot.search_config import SearchConfig
 
     def run_search(inference, roots, config, rng, max_batch=1024):
         root, policy, cand, winner = fake_search(roots)
@@ -597,6 +597,7 @@ def main():
     torch.set_num_threads(1)
     v2 = load_v2(args.ezv2.resolve())
     from ez_robot import networks as ours_nets
+    from ez_robot import torch_policies as ours_policies
     from ez_robot.action_modes import ActionSpec
     from ez_robot.replay import ReplayBuffer
 
@@ -808,15 +809,15 @@ def main():
         best = torch.as_tensor(np.asarray(tg[4]), dtype=torch.float32)
         cands = torch.as_tensor(targets.candidates)
         pol = torch.as_tensor(targets.policy)
-        ours_nll_v2best = torch.stack([-ours_nets.policy_log_prob(spec, raw[k], best[:, k, None].clamp(-0.999, 0.999))[:, 0]
+        ours_nll_v2best = torch.stack([-ours_policies.policy_log_prob(spec, raw[k], best[:, k, None].clamp(-0.999, 0.999))[:, 0]
                                        for k in range(K + 1)], 1)
-        ours_nll_argmax = torch.stack([-ours_nets.policy_log_prob(
+        ours_nll_argmax = torch.stack([-ours_policies.policy_log_prob(
             spec, raw[k], torch.take_along_dim(cands[:, k], pol[:, k].argmax(-1)[:, None, None], 1))[:, 0]
             for k in range(K + 1)], 1)
-        ours_full = torch.stack([-(pol[:, k] * ours_nets.policy_log_prob(spec, raw[k], cands[:, k])).sum(-1)
+        ours_full = torch.stack([-(pol[:, k] * ours_policies.policy_log_prob(spec, raw[k], cands[:, k])).sum(-1)
                                  for k in range(K + 1)], 1)
-        ours_sq = torch.stack([ours_nets.policy_entropy(spec, raw[k], True) for k in range(K + 1)], 1)
-        ours_pre = torch.stack([ours_nets.policy_entropy(spec, raw[k], False) for k in range(K + 1)], 1)
+        ours_sq = torch.stack([ours_policies.policy_entropy(spec, raw[k], "squashed") for k in range(K + 1)], 1)
+        ours_pre = torch.stack([ours_policies.policy_entropy(spec, raw[k], "pre_squash") for k in range(K + 1)], 1)
         tgt_proj = [core.proj(core.represent(obs[:, k])) for k in range(1, K + 1)]
         ours_cos = torch.stack([-F.cosine_similarity(core.pred(core.proj(states[k])), tgt_proj[k - 1], dim=-1)
                                 for k in range(1, K + 1)], 1)
@@ -918,8 +919,8 @@ def main():
             (g,) = torch.autograd.grad(e.sum(), std)
             raw = torch.tensor([[5 * math.atanh(mu / 5), math.log(math.expm1(sd - 0.1)) - 1.0]])
             row(f"{mu:.0f}, {sd:g}", f"{e.item():7.3f} ({g.item():+.3f})",
-                f"{ours_nets.policy_entropy(spec1, raw, True).item():7.3f}",
-                f"{ours_nets.policy_entropy(spec1, raw, False).item():7.3f}", widths=(22, 22, 16, 16))
+                f"{ours_policies.policy_entropy(spec1, raw, 'squashed').item():7.3f}",
+                f"{ours_policies.policy_entropy(spec1, raw, 'pre_squash').item():7.3f}", widths=(22, 22, 16, 16))
     print("V2 draws 1024 reparameterized actions, clips them to +-0.999 and averages -log pi of the clipped actions: "
           "a clipped draw is scored at atanh(0.999) = 3.8, so past std ~5 the estimate flattens near -1.9 nats per "
           "dimension and its gradient in the std goes to 0; ours squashed (Gauss-Hermite, exact) keeps falling "

@@ -3,7 +3,7 @@
 One dataclass per component, composed in :class:`Config`:
 
 - :mod:`~ez_robot.config.sections`: ``env``, ``model``, ``replay`` and ``reanalyze``;
-  :mod:`~ez_robot.config.train`: ``train``; ``search`` is :class:`ez_robot.mcts.SearchConfig`;
+  :mod:`~ez_robot.config.train`: ``train``; ``search`` is :class:`ez_robot.search_config.SearchConfig`;
 - :mod:`~ez_robot.config.composed`: :class:`Config`, the checks across sections;
 - :mod:`~ez_robot.config.loading`: presets, recipes, ``--set`` overrides, budgets, saved runs;
 - :mod:`~ez_robot.config.tasks`: what the config asks the task registry (:mod:`ez_robot.envs`).
@@ -22,7 +22,7 @@ from ez_robot.config.sections import (ACTION_MODES, REANALYZE_MODES, STATE_BODIE
 from ez_robot.config.tasks import resolved_action_mode, task_family
 from ez_robot.config.train import TrainConfig
 from ez_robot.errors import ConfigError
-from ez_robot.mcts import SearchConfig
+from ez_robot.search_config import SearchConfig
 
 __all__ = ["ConfigError", "EnvConfig", "ModelConfig", "ReplayConfig", "TrainConfig", "ReanalyzeConfig", "Config",
            "SearchConfig", "load_config", "make_env", "resolved_action_mode", "search_config", "parse_budget",

@@ -8,7 +8,7 @@ from ez_robot.config.sections import EnvConfig, ModelConfig, ReanalyzeConfig, Re
 from ez_robot.config.tasks import resolved_action_mode, task_family
 from ez_robot.config.train import TrainConfig
 from ez_robot.errors import ConfigError
-from ez_robot.mcts import SearchConfig
+from ez_robot.search_config import SearchConfig
 
 __all__ = ["Config", "SECTIONS", "TOP_LEVEL"]
 

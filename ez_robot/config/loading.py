@@ -26,7 +26,7 @@ from ez_robot.config.composed import SECTIONS, TOP_LEVEL, Config
 from ez_robot.config.sections import EnvConfig
 from ez_robot.config.tasks import absolute_task, make_from_config, resolved_action_mode, task_family, validate_task
 from ez_robot.errors import ConfigError
-from ez_robot.mcts import SearchConfig
+from ez_robot.search_config import SearchConfig
 
 __all__ = ["PRESET_DIR", "RECIPE_DIR", "load_config", "make_env", "parse_budget", "parse_override", "eval_number",
            "recipe_overrides", "with_search_overrides", "search_config", "config_to_dict", "config_from_dict",
