@@ -29,6 +29,11 @@ imported by gymnasium's MuJoCo renderer, which shimmy loads, and may be missing.
     /work/sb3-venv/bin/python benchmarks/peers/sac.py --task cheetah_run --env-steps 100k \\
         --seeds 0 1 2 [--action-repeat N] [--out benchmarks/peers/sac_results.csv] [--resume]
 
+``--export-peers benchmarks/peers.csv`` (no training, any python) then writes the rows of
+``--out`` into the peers file as system "SB3 SAC", replacing the rows an earlier export
+wrote there, so that ``ez-robot report`` draws SAC's curves beside ours and puts its
+100k mean in the summary table.
+
 Without ``--action-repeat`` the action repeat is the one ``configs/dmc_state.yaml`` gives
 the task (cartpole 8, finger 2, walker 2, the others 4).  CPU time, not wall time, is the
 cost to compare: SAC's results do not depend on the machine's load, its wall time does.
@@ -166,12 +171,50 @@ def append_rows(path: Path, rows: list[dict]) -> None:
             columns = next(csv.reader(f))
     new = not path.exists() or not path.stat().st_size
     with open(path, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
         if new:
             writer.writeheader()
         writer.writerows(rows)
         f.flush()
         os.fsync(f.fileno())
+
+
+PEER_COLUMNS = ("system", "task", "setting", "seed", "env_steps", "score", "score_std", "seeds", "eval_episodes",
+                "date", "machine", "source", "note")
+PEER_SYSTEM, PEER_SOURCE = "SB3 SAC", "benchmarks/peers/sac.py"
+
+
+def export_peers(results: Path, peers: Path) -> int:
+    """Rewrites ``peers``' rows from this script (system and source as above) from
+    ``results``' rows; the other rows stay as they are, in their order.  Returns how many
+    rows it wrote."""
+    if not results.exists():
+        sys.exit(f"error: {results} does not exist: run the script first (see --help)")
+    with open(results, newline="") as f:
+        ours = list(csv.DictReader(f))
+    last: dict[tuple, dict] = {}
+    for row in ours:  # each run's last row carries its total CPU time
+        key = (row["task"], row["setting"], row["seed"])
+        if key not in last or int(row["env_steps"]) >= int(last[key]["env_steps"]):
+            last[key] = row
+    kept = []
+    if peers.exists():
+        with open(peers, newline="") as f:
+            reader = csv.DictReader(f)
+            if tuple(reader.fieldnames or ()) != PEER_COLUMNS:
+                sys.exit(f"error: {peers} is not a peers file (columns {', '.join(PEER_COLUMNS)})")
+            kept = [row for row in reader if not (row["system"] == PEER_SYSTEM and row["source"] == PEER_SOURCE)]
+    new = [{"system": PEER_SYSTEM, "task": row["task"], "setting": row["setting"], "seed": row["seed"],
+            "env_steps": row["env_steps"], "score": row["eval_mean"], "eval_episodes": row["eval_episodes"],
+            "date": row["date"], "machine": row["machine"], "source": PEER_SOURCE,
+            "note": f"{float(row['cpu_minutes']):.1f} CPU min" if last[(row["task"], row["setting"], row["seed"])]
+            is row else ""}
+           for row in ours]
+    with open(peers, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=PEER_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(kept + new)
+    return len(new)
 
 
 def train_one(task: str, seed: int, env_steps: int, action_repeat: int, setting: str) -> list[dict]:
@@ -227,7 +270,7 @@ def train_one(task: str, seed: int, env_steps: int, action_repeat: int, setting:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", required=True, help="dm_control task, e.g. cheetah_run, ball_in_cup_catch")
+    parser.add_argument("--task", help="dm_control task, e.g. cheetah_run, ball_in_cup_catch")
     parser.add_argument("--env-steps", type=env_steps_arg, default=100_000,
                         help="simulator steps (agent steps x action repeat); 100k, 1M (default 100k)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -236,7 +279,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"CSV to append to (default {DEFAULT_OUT})")
     parser.add_argument("--resume", action="store_true",
                         help="skip seeds whose rows in --out already reach --env-steps")
+    parser.add_argument("--export-peers", type=Path, default=None, metavar="PEERS_CSV",
+                        help="no training: write --out's rows into this peers file as system 'SB3 SAC'")
     args = parser.parse_args(argv)
+    if args.export_peers is not None:
+        count = export_peers(args.out, args.export_peers)
+        print(f"{count} SB3 SAC rows from {args.out} -> {args.export_peers}")
+        return 0
+    if not args.task:
+        parser.error("--task is required (or --export-peers)")
 
     try:
         import stable_baselines3  # noqa: F401
