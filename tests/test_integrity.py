@@ -10,35 +10,20 @@ import numpy as np
 import pytest
 import torch
 
-from ez_robot.builders import EnvSpec, make_learner
-from ez_robot.checkpoint import HASH_MARK, ReplayFiles, checkpoint_path, load_run, read_checkpoint, write_checkpoint
-from ez_robot.config import ReplayConfig, load_config, make_env
+from ez_robot.checkpoint import HASH_MARK, ReplayFiles, checkpoint_path, load_run, read_checkpoint
+from ez_robot.config import ReplayConfig
 from ez_robot.errors import RunError
-from ez_robot.networks import make_network
 from ez_robot.replay import ReplayBuffer, Segment
-from ez_robot.schedules import Counters
 from tests.cli_runner import user_error
+from tests.test_export import save_checkpoint, tiny_model
 
-TINY = ["model.latent_dim=8", "model.mlp_hidden=16", "model.head_hidden=8", "model.lstm_hidden=8",
-        "model.projection_hidden=8", "model.projection_out=8", "model.support_size=5"]
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """A run directory with the checkpoint of a tiny CartPole network, and that network."""
-    config = load_config("gym:CartPole-v1", overrides=TINY)
-    env = make_env("gym:CartPole-v1")
-    spec = EnvSpec.of(env, config.env)
-    env.close()
-    torch.manual_seed(0)
-    net = make_network(spec.obs_shape, spec.action, config.model, value_prefix=config.train.value_prefix)
-    with torch.no_grad():
-        for parameter in net.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.2)  # weights no other tensor repeats
-    run = tmp_path_factory.mktemp("runs") / "run"
-    write_checkpoint(run, trainer="single", config=config, spec=spec, counters=Counters(10, 10), replay=None,
-                     learner=make_learner(config, spec, "cpu", weights=net.state_dict()).state_dict())
-    return run, net
+    net, config = tiny_model("gym:CartPole-v1")
+    return save_checkpoint(tmp_path_factory.mktemp("runs") / "run", net, config), net
 
 
 def copy_run(saved, tmp_path):
