@@ -95,28 +95,30 @@ cdef inline void _raise_if(string err, type kind=ValueError) except *:
         raise kind(err.decode())
 
 
-def considered_visits(int num_considered, int num_simulations):
-    """[num_simulations] int32: the visit count the root child sequential halving picks
-    at each simulation has before it, with ``num_considered`` candidates (Gumbel mode)."""
+ctypedef void (*_Schedule)(int, int, int32_t*) noexcept
+
+
+cdef cnp.ndarray _schedule(_Schedule fill, int num_considered, int num_simulations):
+    """[num_simulations] int32 filled by one of the tree's per-simulation schedules."""
     if num_considered < 1:
         raise ValueError(f"num_considered must be >= 1, got {num_considered}")
     if num_simulations < 0:
         raise ValueError(f"num_simulations must be >= 0, got {num_simulations}")
     cdef cnp.ndarray out = np.empty(num_simulations, dtype=np.int32)
-    considered_visit_sequence(num_considered, num_simulations, <int32_t*> cnp.PyArray_DATA(out))
+    fill(num_considered, num_simulations, <int32_t*> cnp.PyArray_DATA(out))
     return out
+
+
+def considered_visits(int num_considered, int num_simulations):
+    """[num_simulations] int32: the visit count the root child sequential halving picks
+    at each simulation has before it, with ``num_considered`` candidates (Gumbel mode)."""
+    return _schedule(considered_visit_sequence, num_considered, num_simulations)
 
 
 def ezv2_halving(int num_considered, int num_simulations):
     """[num_simulations] int32: with ``ezv2_tree``, how many survivors sequential halving
     keeps after each simulation (EfficientZero V2's schedule), 0 where no phase ends."""
-    if num_considered < 1:
-        raise ValueError(f"num_considered must be >= 1, got {num_considered}")
-    if num_simulations < 0:
-        raise ValueError(f"num_simulations must be >= 0, got {num_simulations}")
-    cdef cnp.ndarray out = np.empty(num_simulations, dtype=np.int32)
-    ezv2_phase_ends(num_considered, num_simulations, <int32_t*> cnp.PyArray_DATA(out))
-    return out
+    return _schedule(ezv2_phase_ends, num_considered, num_simulations)
 
 
 cdef class Tree:
