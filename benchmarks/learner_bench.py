@@ -21,6 +21,9 @@ Neither switch is one the learner sets: on an H200 neither paid (benchmarks/READ
 ``--compile [MODE ...]`` adds a row per ``train.compile`` mode (default: ``default``).
 ``--set KEY=VALUE`` applies config overrides to every preset, as ``ez-robot train --set`` does
 (``--set train.model_gradient_coef=1`` times the Gaussian mode's model-gradient actor term).
+``--checkpoint RUN`` adds a row ``trained``: the step with RUN's learner (its trained weights
+and optimizer state) instead of fresh ones; give RUN's task (``cheetah_run`` is the default
+command's cheetah) and its ``--set`` overrides.
 """
 import argparse
 import dataclasses
@@ -31,6 +34,8 @@ import torch
 
 from _synthetic import segment
 from ez_robot.batch import gather_batch
+from ez_robot.checkpoint import read_checkpoint
+from ez_robot.errors import RunError
 from ez_robot.config import ReplayConfig, load_config, recipe_overrides
 from ez_robot.learner import Learner
 from ez_robot.networks import make_network
@@ -76,10 +81,14 @@ def main():
     parser.add_argument("--precision", nargs="+", default=["fp32"], choices=["fp32", "tf32", "bf16"])
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for every preset (repeatable)")
+    parser.add_argument("--checkpoint", default=None, metavar="RUN",
+                        help="also time the step with RUN's trained learner (weights and optimizer state)")
     args = parser.parse_args()
+    trained = read_checkpoint(args.checkpoint)["learner"] if args.checkpoint else None
     cases = {"cartpole_swingup": ((5,), 1, 5, np.float32, None), "gym:CartPole-v1": ((4,), 1, 2, np.float32, None),
              "atari:Pong": ((3, 96, 96), 4, 6, np.uint8, 16),
              "cartpole_swingup:pixels": ((3, 84, 84), 3, 5, np.uint8, None),
+             "cheetah_run": ((17,), 1, ActionSpec("gaussian", dims=6), np.float32, None),
              "cheetah_run:ezv2": ((17,), 1, ActionSpec("gaussian", dims=6), np.float32, None)}
     device = torch.device(args.device)
     print(f"torch {torch.__version__}; {device}"
@@ -107,7 +116,7 @@ def main():
             host.append(time.perf_counter() - start)
         obs_shape = (frame_shape[0] * stack, *frame_shape[1:])
         compiled = [f"compiled:{mode}" for mode in (args.compile or ["default"])] if args.compile is not None else []
-        for precision in args.precision + compiled:
+        for precision in args.precision + compiled + (["trained"] if trained else []):
             torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"  # torch's default: off
             times = []
             for threads in args.threads:
@@ -117,6 +126,12 @@ def main():
                 mode = precision.split(":")[1] if precision.startswith("compiled") else "none"
                 train = dataclasses.replace(config.train, compile=mode)
                 learner = Learner(net, dataclasses.replace(config, train=train), 10**6, device)
+                if precision == "trained":
+                    try:
+                        learner.load_state_dict(trained)
+                    except RunError as error:
+                        raise SystemExit(f"error: {args.checkpoint}'s learner does not fit {task}'s preset (give the "
+                                         f"run's task and --set overrides): {str(error).splitlines()[0]}") from None
                 if mode != "none":
                     start = time.perf_counter()
                     learner.step(context, targets, weights)
