@@ -35,8 +35,8 @@ import torch
 from _synthetic import segment
 from ez_robot.batch import gather_batch
 from ez_robot.checkpoint import read_checkpoint
-from ez_robot.errors import RunError
 from ez_robot.config import ReplayConfig, load_config, recipe_overrides
+from ez_robot.errors import RunError
 from ez_robot.learner import Learner
 from ez_robot.networks import make_network
 from ez_robot.action_modes import ActionSpec

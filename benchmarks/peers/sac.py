@@ -192,11 +192,13 @@ def export_peers(results: Path, peers: Path) -> int:
         sys.exit(f"error: {results} does not exist: run the script first (see --help)")
     with open(results, newline="") as f:
         ours = list(csv.DictReader(f))
-    last: dict[tuple, dict] = {}
-    for row in ours:  # each run's last row carries its total CPU time
-        key = (row["task"], row["setting"], row["seed"])
-        if key not in last or int(row["env_steps"]) >= int(last[key]["env_steps"]):
-            last[key] = row
+    def run(row: dict) -> tuple:
+        return row["task"], row["setting"], row["seed"]
+
+    last: dict[tuple, dict] = {}  # each run's last row, which carries its total CPU time
+    for row in ours:
+        if run(row) not in last or int(row["env_steps"]) >= int(last[run(row)]["env_steps"]):
+            last[run(row)] = row
     kept = []
     if peers.exists():
         with open(peers, newline="") as f:
@@ -207,8 +209,7 @@ def export_peers(results: Path, peers: Path) -> int:
     new = [{"system": PEER_SYSTEM, "task": row["task"], "setting": row["setting"], "seed": row["seed"],
             "env_steps": row["env_steps"], "score": row["eval_mean"], "eval_episodes": row["eval_episodes"],
             "date": row["date"], "machine": row["machine"], "source": PEER_SOURCE,
-            "note": f"{float(row['cpu_minutes']):.1f} CPU min" if last[(row["task"], row["setting"], row["seed"])]
-            is row else ""}
+            "note": f"{float(row['cpu_minutes']):.1f} CPU min" if last[run(row)] is row else ""}
            for row in ours]
     with open(peers, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=PEER_COLUMNS, lineterminator="\n")

@@ -48,3 +48,8 @@ def test_export_writes_the_runs_as_sb3_sac_keeps_the_other_rows_and_replaces_its
     # each run's CPU time goes on its last row only
     assert ours == [("0", 10_000, 88.4, ""), ("0", 20_000, 200.8, "0.6 CPU min"),
                     ("1", 10_000, 39.4, ""), ("1", 20_000, 357.9, "0.6 CPU min")]
+
+
+def test_the_script_writes_the_columns_of_the_projects_peers_file():
+    with open(HERE / "peers.csv", newline="") as f:
+        assert tuple(next(csv.reader(f))) == sac.PEER_COLUMNS
